@@ -1,0 +1,29 @@
+"""tideloop: a complete, drop-in asyncio event loop written in typed Python.
+
+    import tideloop
+    tideloop.run(main())
+    # or: asyncio.run(main(), loop_factory=tideloop.new_event_loop)
+
+Public API only; see ``tideloop._loop`` for how the loop is composed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._loop import Loop, new_event_loop
+from ._runner import install, run
+
+__all__ = ["EventLoopPolicy", "Loop", "__version__", "install", "new_event_loop", "run"]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Built lazily: defining a policy subclass at import time would touch
+    # names that Python 3.14 deprecates.
+    if name == "EventLoopPolicy":
+        from ._runner import policy_class
+
+        return policy_class()
+    raise AttributeError(f"module 'tideloop' has no attribute {name!r}")

@@ -1,0 +1,643 @@
+"""CoreLoop: scheduling, the run loop, lifecycle, errors, threads, debug.
+
+Layer: core. Everything an event loop does that needs no file descriptors of
+its own: the ready queue, the timer queue, the clock, the run loop,
+``run_until_complete``/``stop``/``close``, tasks and futures, exception
+handling, debug mode, async generator hooks, ``call_soon_threadsafe`` and
+the default executor. It holds the poller only to block in it: the fd layer
+(`tideloop._fdio`) owns what is registered there and turns ready fds into
+callbacks through `_process_events`, and it must register ``_waker`` as an
+internal reader. CoreLoop alone is therefore abstract.
+
+Semantics are asyncio's (``Lib/asyncio/base_events.py``) for the running
+Python. One iteration, `_run_once`, has asyncio's phases in asyncio's order:
+
+1. drop cancelled timers (or compact the heap; see `timers`);
+2. compute the poll timeout: 0 if callbacks are ready or the loop is
+   stopping, else until the earliest timer (at most a day), else forever;
+3. poll, and queue the callbacks of ready fds (`_process_events`);
+4. queue every timer due before ``now + clock resolution``;
+5. run the callbacks that are ready *now*, in FIFO order. Callbacks they
+   schedule run in the next iteration, after another poll.
+
+Invariants:
+- `_run_once` is the only place callbacks are called; every other method
+  only appends handles to ``_ready``.
+- `_poll` (in `_run_once`) is the only place the loop blocks, and
+  ``_now`` (the injected clock) is the only source of time.
+- ``_thread_id`` is not None exactly while ``run_forever`` runs; it is what
+  ``is_running()`` and the debug-mode thread check read.
+- An exception from a callback goes to the exception handler and never stops
+  the loop; only SystemExit and KeyboardInterrupt propagate (out of
+  ``run_forever``, leaving the not-yet-run callbacks queued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+import collections
+import concurrent.futures
+import contextvars
+import numbers
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
+from typing import Any, Final, TypeVar, TypeVarTuple, Unpack, cast
+
+from tideloop._pollers import Poller, make_poller
+
+from . import debug as _debug
+from .clock import Clock, MonotonicClock
+from .errors import log_context, logger
+from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
+from .timers import TimerQueue
+from .waker import Waker
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
+#: asyncio's MAXIMUM_SELECT_TIMEOUT: never block longer than a day at a time.
+MAX_POLL_TIMEOUT: Final = 24 * 3600.0
+
+# 3.12 started running a custom exception handler in the context of the
+# handle/task it reports on.
+_HANDLER_IN_CONTEXT: Final = sys.version_info >= (3, 12)
+# 3.14 (and late 3.13 releases) forward arbitrary keyword arguments from
+# create_task() to the task factory / Task (e.g. eager_start). Follow the
+# stdlib of the running Python rather than a version number.
+_CREATE_TASK_KWARGS: Final = bool(
+    asyncio.BaseEventLoop.create_task.__code__.co_flags & 0x08  # CO_VARKEYWORDS
+)
+
+_set_running_loop = asyncio.events._set_running_loop
+_get_running_loop = asyncio.events._get_running_loop
+
+
+def _stop_when_done(fut: asyncio.Future[Any]) -> None:
+    """run_until_complete's done-callback: stop the future's loop."""
+    if not fut.cancelled():
+        exc = fut.exception()
+        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            # run_forever() is already unwinding with this exception.
+            return
+    fut.get_loop().stop()
+
+
+class CoreLoop(asyncio.AbstractEventLoop):
+    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
+        # Closed until fully built: a half-built loop must not warn in __del__.
+        self._closed = True
+        self._debug = False
+        self._thread_id: int | None = None
+        self._stopping = False
+        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._timers = TimerQueue()
+        if clock is None:
+            clock = MonotonicClock()
+        self._clock = clock
+        self._now = clock.now
+        self._clock_resolution = clock.resolution
+        self._clock_wait = clock.wait
+        self._poller: Poller = make_poller(poller)
+        self._poll = self._poller.poll
+        self._waker = Waker()
+        self._exception_handler: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | (
+            None
+        ) = None
+        self._task_factory: Any = None
+        self._current_handle: asyncio.Handle | None = None
+        self.slow_callback_duration = 0.1
+        self._coroutine_tracking = False
+        self._coroutine_tracking_saved_depth = 0
+        self._asyncgens: weakref.WeakSet[AsyncGenerator[Any, Any]] = weakref.WeakSet()
+        self._asyncgens_shutdown_called = False
+        self._old_agen_hooks: Any = None
+        self._default_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor_shutdown_called = False
+        self.set_debug(_debug.debug_from_environment())
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} running={self.is_running()} "
+            f"closed={self.is_closed()} debug={self.get_debug()}>"
+        )
+
+    # ------------------------------------------------------------------
+    # Scheduling callbacks
+
+    def call_soon(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> Handle:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            self._check_thread()
+            _debug.check_callback(callback, "call_soon")
+            handle = Handle(callback, args, self, context)
+            if handle._source_traceback:
+                del handle._source_traceback[-1]
+        else:
+            handle = Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> TimerHandle:
+        if delay is None:
+            raise TypeError("delay must not be None")
+        # asyncio's debug checks name call_at() here too.
+        return self._call_at(self._now() + delay, callback, args, context)
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> TimerHandle:
+        if when is None:
+            raise TypeError("when cannot be None")
+        return self._call_at(when, callback, args, context)
+
+    def _call_at(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> TimerHandle:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if type(when) is not float and not isinstance(when, numbers.Real):
+            # Divergence "call-at-rejects-non-numbers": asyncio fails later,
+            # inside the heap, and can leave it broken.
+            raise TypeError(f"when must be a real number, not {type(when).__name__}")
+        if self._debug:
+            self._check_thread()
+            _debug.check_callback(callback, "call_at")
+        timer = TimerHandle(when, callback, args, self, context)
+        if timer._source_traceback:
+            # Trim this frame and the public method's.
+            del timer._source_traceback[-2:]
+        self._timers.push(timer)
+        return timer
+
+    def call_soon_threadsafe(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> Handle:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            _debug.check_callback(callback, "call_soon_threadsafe")
+        handle = ThreadSafeHandle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-THREADSAFE_TRIM:]
+        self._ready.append(handle)
+        self._waker.wake()
+        return handle
+
+    def time(self) -> float:
+        return self._now()
+
+    def _timer_handle_cancelled(self, handle: TimerHandle) -> None:
+        # Called by asyncio's TimerHandle.cancel().
+        self._timers.note_cancelled(handle)
+
+    def _add_callback(self, handle: asyncio.Handle) -> None:
+        if not handle._cancelled:
+            self._ready.append(handle)
+
+    def _add_callback_signalsafe(self, handle: asyncio.Handle) -> None:
+        self._add_callback(handle)
+        self._waker.wake()
+
+    def _write_to_self(self) -> None:
+        # asyncio's name for "wake the loop"; some libraries call it.
+        self._waker.wake()
+
+    # ------------------------------------------------------------------
+    # The run loop
+
+    def _process_events(self, events: list[tuple[int, int]]) -> None:
+        """Queue the callbacks of ready fds. Provided by the fd layer."""
+        raise NotImplementedError
+
+    def _run_once(self) -> None:
+        ready = self._ready
+        timers = self._timers
+
+        deadline = timers.next_deadline() if timers.heap else None
+        timeout: float | None
+        if ready or self._stopping:
+            timeout = 0.0
+        elif deadline is None:
+            timeout = None
+        else:
+            timeout = deadline - self._now()
+            if timeout > MAX_POLL_TIMEOUT:
+                timeout = MAX_POLL_TIMEOUT
+            elif timeout < 0.0:
+                timeout = 0.0
+
+        wait = self._clock_wait
+        events = self._poll(timeout) if wait is None else wait(self._poll, timeout)
+        if events:
+            self._process_events(events)
+
+        if timers.heap:
+            timers.pop_due(self._now() + self._clock_resolution, ready.append)
+
+        if self._debug:
+            self._run_ready_debug()
+            return
+        # Only what is ready now runs in this phase: callbacks scheduled by
+        # these callbacks (or by other threads meanwhile) wait for the next
+        # iteration, after another poll.
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if not handle._cancelled:
+                handle._run()
+
+    def _run_ready_debug(self) -> None:
+        ready = self._ready
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            try:
+                self._current_handle = handle
+                t0 = self._now()
+                handle._run()
+                dt = self._now() - t0
+                if dt >= self.slow_callback_duration:
+                    logger.warning(
+                        "Executing %s took %.3f seconds", _debug.format_handle(handle), dt
+                    )
+            finally:
+                self._current_handle = None
+
+    def _check_running(self) -> None:
+        if self.is_running():
+            raise RuntimeError("This event loop is already running")
+        if _get_running_loop() is not None:
+            raise RuntimeError("Cannot run the event loop while another loop is running")
+
+    def _run_forever_setup(self) -> None:
+        self._check_closed()
+        self._check_running()
+        self._set_coroutine_origin_tracking(self._debug)
+        self._old_agen_hooks = sys.get_asyncgen_hooks()
+        self._thread_id = threading.get_ident()
+        sys.set_asyncgen_hooks(
+            firstiter=self._asyncgen_firstiter_hook, finalizer=self._asyncgen_finalizer_hook
+        )
+        _set_running_loop(self)
+
+    def _run_forever_cleanup(self) -> None:
+        self._stopping = False
+        self._thread_id = None
+        _set_running_loop(None)
+        self._set_coroutine_origin_tracking(False)
+        if self._old_agen_hooks is not None:
+            sys.set_asyncgen_hooks(*self._old_agen_hooks)
+            self._old_agen_hooks = None
+
+    def run_forever(self) -> None:
+        self._run_forever_setup()
+        try:
+            run_once = self._run_once
+            while True:
+                run_once()
+                if self._stopping:
+                    break
+        finally:
+            self._run_forever_cleanup()
+
+    def run_until_complete(self, future: Awaitable[_T] | Generator[Any, None, _T]) -> _T:
+        self._check_closed()
+        self._check_running()
+        new_task = not asyncio.isfuture(future)
+        fut: asyncio.Future[_T] = asyncio.ensure_future(cast(Awaitable[_T], future), loop=self)
+        if new_task:
+            # The caller gets the outcome raised, so a task that is left
+            # pending need not be reported when destroyed.
+            fut._log_destroy_pending = False  # type: ignore[attr-defined]
+        fut.add_done_callback(_stop_when_done)
+        try:
+            self.run_forever()
+        except BaseException:
+            if new_task and fut.done() and not fut.cancelled():
+                # The coroutine itself raised a BaseException; the caller
+                # cannot reach the task, so mark its exception retrieved.
+                fut.exception()
+            raise
+        finally:
+            fut.remove_done_callback(_stop_when_done)
+        if not fut.done():
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return fut.result()
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def is_running(self) -> bool:
+        return self._thread_id is not None
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+
+    def close(self) -> None:
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        if self._closed:
+            return
+        if self._debug:
+            logger.debug("Close %r", self)
+        self._close()
+
+    def _close(self) -> None:
+        """Release resources. Layers above extend this and call super() last."""
+        self._closed = True
+        self._ready.clear()
+        self._timers.clear()
+        self._executor_shutdown_called = True
+        executor = self._default_executor
+        if executor is not None:
+            self._default_executor = None
+            executor.shutdown(wait=False)
+        self._waker.close()
+        self._poller.close()
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        if not self.is_closed():
+            _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
+            if not self.is_running():
+                self.close()
+
+    # ------------------------------------------------------------------
+    # Futures and tasks
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return asyncio.Future(loop=self)
+
+    def create_task(
+        self, coro: Coroutine[Any, Any, _T] | Generator[Any, None, _T], **kwargs: Any
+    ) -> asyncio.Task[_T]:
+        self._check_closed()
+        factory = self._task_factory
+        task: asyncio.Task[_T]
+        if _CREATE_TASK_KWARGS:
+            # 3.14 semantics: every keyword goes to the factory or to Task.
+            if factory is not None:
+                task = factory(self, coro, **kwargs)
+                return task
+            task = asyncio.Task(coro, loop=self, **kwargs)
+        else:
+            name = kwargs.pop("name", None)
+            context = kwargs.pop("context", None)
+            if kwargs:
+                raise TypeError(
+                    f"{type(self).__name__}.create_task() got an unexpected keyword "
+                    f"argument {next(iter(kwargs))!r}"
+                )
+            if factory is not None:
+                # Factories written for 3.10 take (loop, coro) only.
+                if context is None:
+                    task = factory(self, coro)
+                else:
+                    task = factory(self, coro, context=context)
+                if name is not None:
+                    task.set_name(name)
+                return task
+            task = asyncio.Task(coro, loop=self, name=name, context=context)
+        if task._source_traceback:  # type: ignore[attr-defined]
+            del task._source_traceback[-1]  # type: ignore[attr-defined]
+        return task
+
+    def set_task_factory(self, factory: Any) -> None:
+        if factory is not None and not callable(factory):
+            raise TypeError("task factory must be a callable or None")
+        self._task_factory = factory
+
+    def get_task_factory(self) -> Any:
+        return self._task_factory
+
+    # ------------------------------------------------------------------
+    # Errors
+
+    def get_exception_handler(
+        self,
+    ) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None:
+        return self._exception_handler
+
+    def set_exception_handler(
+        self, handler: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None
+    ) -> None:
+        if handler is not None and not callable(handler):
+            raise TypeError(f"A callable object or None is expected, got {handler!r}")
+        self._exception_handler = handler
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        current = self._current_handle
+        if (
+            "source_traceback" not in context and current is not None and current._source_traceback  # type: ignore[attr-defined]
+        ):
+            context["handle_traceback"] = current._source_traceback  # type: ignore[attr-defined]
+        log_context(context)
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        handler = self._exception_handler
+        if handler is None:
+            try:
+                self.default_exception_handler(context)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                # The default handler may be overridden by a subclass.
+                logger.error("Exception in default exception handler", exc_info=True)
+            return
+        try:
+            ctx = None
+            if _HANDLER_IN_CONTEXT:
+                owner = context.get("task")
+                if owner is None:
+                    owner = context.get("future")
+                if owner is None:
+                    owner = context.get("handle")
+                if owner is not None and hasattr(owner, "get_context"):
+                    ctx = owner.get_context()
+            if ctx is not None and hasattr(ctx, "run"):
+                ctx.run(handler, self, context)
+            else:
+                handler(self, context)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            try:
+                self.default_exception_handler(
+                    {
+                        "message": "Unhandled error in exception handler",
+                        "exception": exc,
+                        "context": context,
+                    }
+                )
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                logger.error(
+                    "Exception in default exception handler while handling an "
+                    "unexpected error in custom exception handler",
+                    exc_info=True,
+                )
+
+    # ------------------------------------------------------------------
+    # Debug mode
+
+    def get_debug(self) -> bool:
+        return self._debug
+
+    def set_debug(self, enabled: bool) -> None:
+        self._debug = enabled
+        if self.is_running():
+            self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)
+
+    def _check_thread(self) -> None:
+        """Debug mode: refuse non-threadsafe calls from a thread not running the loop."""
+        if self._thread_id is None:
+            return
+        if threading.get_ident() != self._thread_id:
+            raise RuntimeError(
+                "Non-thread-safe operation invoked on an event loop other than the current one"
+            )
+
+    def _set_coroutine_origin_tracking(self, enabled: bool) -> None:
+        if bool(enabled) == self._coroutine_tracking:
+            return
+        if enabled:
+            self._coroutine_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()
+            sys.set_coroutine_origin_tracking_depth(_debug.DEBUG_STACK_DEPTH)
+        else:
+            sys.set_coroutine_origin_tracking_depth(self._coroutine_tracking_saved_depth)
+        self._coroutine_tracking = bool(enabled)
+
+    # ------------------------------------------------------------------
+    # Async generators
+
+    def _asyncgen_firstiter_hook(self, agen: AsyncGenerator[Any, Any]) -> None:
+        if self._asyncgens_shutdown_called:
+            warnings.warn(
+                f"asynchronous generator {agen!r} was scheduled after "
+                f"loop.shutdown_asyncgens() call",
+                ResourceWarning,
+                source=self,
+            )
+        self._asyncgens.add(agen)
+
+    def _asyncgen_finalizer_hook(self, agen: AsyncGenerator[Any, Any]) -> None:
+        # May run in any thread (whichever drops the last reference).
+        self._asyncgens.discard(agen)
+        if not self.is_closed():
+            self.call_soon_threadsafe(self.create_task, agen.aclose())
+
+    async def shutdown_asyncgens(self) -> None:
+        self._asyncgens_shutdown_called = True
+        if not len(self._asyncgens):
+            return
+        closing = list(self._asyncgens)
+        self._asyncgens.clear()
+        results = await asyncio.gather(*[ag.aclose() for ag in closing], return_exceptions=True)
+        for result, agen in zip(results, closing, strict=True):
+            if isinstance(result, Exception):
+                self.call_exception_handler(
+                    {
+                        "message": f"an error occurred during closing of "
+                        f"asynchronous generator {agen!r}",
+                        "exception": result,
+                        "asyncgen": agen,
+                    }
+                )
+
+    # ------------------------------------------------------------------
+    # Threads: the default executor
+
+    def run_in_executor(
+        self,
+        executor: concurrent.futures.Executor | None,
+        func: Callable[[Unpack[_Ts]], _T],
+        *args: *_Ts,
+    ) -> asyncio.Future[_T]:
+        self._check_closed()
+        if self._debug:
+            _debug.check_callback(func, "run_in_executor")
+        if executor is None:
+            if self._executor_shutdown_called:
+                raise RuntimeError("Executor shutdown has been called")
+            executor = self._default_executor
+            if executor is None:
+                executor = self._default_executor = concurrent.futures.ThreadPoolExecutor(
+                    thread_name_prefix="asyncio"
+                )
+        return asyncio.wrap_future(executor.submit(func, *args), loop=self)
+
+    def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
+        if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            raise TypeError("executor must be ThreadPoolExecutor instance")
+        self._default_executor = executor
+
+    async def shutdown_default_executor(self, timeout: float | None = None) -> None:
+        self._executor_shutdown_called = True
+        executor = self._default_executor
+        if executor is None:
+            return
+        future = self.create_future()
+        # Joining the pool's threads blocks, so a helper thread does it.
+        thread = threading.Thread(target=self._join_executor, args=(executor, future))
+        thread.start()
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            warnings.warn(
+                f"The executor did not finishing joining its threads within {timeout} seconds.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            executor.shutdown(wait=False)
+        else:
+            thread.join()
+
+    def _join_executor(
+        self, executor: concurrent.futures.ThreadPoolExecutor, future: asyncio.Future[None]
+    ) -> None:
+        try:
+            executor.shutdown(wait=True)
+            if not self.is_closed():
+                self.call_soon_threadsafe(_set_result_unless_cancelled, future, None)
+        except Exception as ex:
+            if not self.is_closed() and not future.cancelled():
+                self.call_soon_threadsafe(future.set_exception, ex)
+
+
+def _set_result_unless_cancelled(fut: asyncio.Future[_T], result: _T) -> None:
+    if not fut.cancelled():
+        fut.set_result(result)

@@ -1,0 +1,91 @@
+"""The timer queue: a binary heap of TimerHandles with lazy cancellation.
+
+Layer: core. Semantics are asyncio's (base_events._run_once):
+
+- Cancelling a timer does not remove it; it is skipped when it reaches the
+  top, or all cancelled timers are dropped at once ("compaction") when there
+  are more than 100 timers and more than half of them are cancelled. Both
+  thresholds are asyncio's, so memory and CPU under timeout churn match.
+- A timer is due when its deadline is earlier than ``now + resolution``.
+
+Heap entries are ``(when, sequence, handle)`` tuples: tuple comparison runs
+in C (TimerHandle's ``__lt__`` is Python), and the sequence number makes
+timers with equal deadlines fire in the order they were scheduled, which
+asyncio leaves undefined.
+
+Invariants:
+- ``handle._scheduled`` is True iff the handle is in ``heap``.
+- ``cancelled`` counts the cancelled handles that are in ``heap``: bumped by
+  `note_cancelled` (called via ``TimerHandle.cancel``), lowered whenever a
+  cancelled handle leaves the heap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from heapq import heapify, heappop, heappush
+from typing import Final
+
+from .handles import TimerHandle
+
+#: asyncio's compaction thresholds (base_events._MIN_SCHEDULED_TIMER_HANDLES, ...).
+MIN_SCHEDULED_FOR_COMPACTION: Final = 100
+MIN_CANCELLED_FRACTION: Final = 0.5
+
+
+class TimerQueue:
+    __slots__ = ("_seq", "cancelled", "heap")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, TimerHandle]] = []
+        self.cancelled = 0
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def push(self, handle: TimerHandle) -> None:
+        heappush(self.heap, (handle._when, next(self._seq), handle))
+        handle._scheduled = True
+
+    def note_cancelled(self, handle: TimerHandle) -> None:
+        if handle._scheduled:
+            self.cancelled += 1
+
+    def next_deadline(self) -> float | None:
+        """Drop cancelled timers (asyncio's rule) and return the earliest deadline."""
+        heap = self.heap
+        n = len(heap)
+        if n > MIN_SCHEDULED_FOR_COMPACTION and self.cancelled / n > MIN_CANCELLED_FRACTION:
+            live = []
+            for entry in heap:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
+                else:
+                    live.append(entry)
+            heapify(live)
+            self.heap = heap = live
+            self.cancelled = 0
+        else:
+            while heap and heap[0][2]._cancelled:
+                heappop(heap)[2]._scheduled = False
+                self.cancelled -= 1
+        return heap[0][0] if heap else None
+
+    def pop_due(self, end_time: float, append: Callable[[TimerHandle], None]) -> None:
+        """Move every timer with a deadline before *end_time* to *append*."""
+        heap = self.heap
+        while heap and heap[0][0] < end_time:
+            handle = heappop(heap)[2]
+            handle._scheduled = False
+            if handle._cancelled:
+                self.cancelled -= 1
+            else:
+                append(handle)
+
+    def clear(self) -> None:
+        for entry in self.heap:
+            entry[2]._scheduled = False
+        self.heap.clear()
+        self.cancelled = 0

@@ -1,0 +1,57 @@
+"""epoll(7) poller (Linux).
+
+Layer: pollers. Facts that shape this module:
+
+- epoll watches an *open file description*, keyed by the fd number it was
+  registered under. Closing the last fd that refers to the description removes
+  it from the set silently; EPOLL_CTL_DEL on it then fails with EBADF (fd
+  closed) or ENOENT (fd number reused by a new description). Either way the
+  registration is already gone, so ``unregister`` swallows the error.
+- If the description is still open through a dup, the closed fd number keeps
+  reporting events and cannot be removed. Nothing in user space can fix that;
+  the registry ignores events for fds it does not know.
+- Regular files cannot be registered (EPERM); that error reaches the caller,
+  as it does with asyncio's EpollSelector.
+- ``select.epoll.poll`` rounds its timeout up to whole milliseconds and
+  retries on EINTR itself (PEP 475), running Python signal handlers first.
+- Level-triggered mode: a ready fd keeps being reported until drained, which
+  is what asyncio's reader/writer semantics assume.
+"""
+
+from __future__ import annotations
+
+import select
+import sys
+
+# mypy checks the class on Linux only, where select.epoll exists.
+if sys.platform == "linux":
+
+    class EpollPoller:
+        __slots__ = ("_ep", "name")
+
+        def __init__(self) -> None:
+            self.name = "epoll"
+            self._ep = select.epoll()
+
+        def fileno(self) -> int:
+            return self._ep.fileno()
+
+        def register(self, fd: int, events: int) -> None:
+            self._ep.register(fd, events)
+
+        def modify(self, fd: int, events: int) -> None:
+            self._ep.modify(fd, events)
+
+        def unregister(self, fd: int) -> None:
+            try:
+                self._ep.unregister(fd)
+            except OSError:
+                pass  # already closed: the kernel dropped it (see module docstring)
+
+        def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+            # -1 asks the C code for its default buffer (FD_SETSIZE - 1 events);
+            # more ready fds are reported by the next call (level-triggered).
+            return self._ep.poll(-1 if timeout is None else timeout)
+
+        def close(self) -> None:
+            self._ep.close()

@@ -1,0 +1,66 @@
+"""Entry points: `run`, `install` and the event loop policy.
+
+Layer: top. ``tideloop.run(main())`` is ``asyncio.run`` with a tideloop loop
+(it uses ``asyncio.Runner``, so signal handling, cancellation of leftover
+tasks, async generator and executor shutdown are exactly asyncio's).
+`install` is for code that creates loops through the policy
+(``asyncio.new_event_loop()``, ``asyncio.get_event_loop()``, ``asyncio.run``
+without ``loop_factory``).
+
+Python 3.14 deprecates the policy system: touching
+``asyncio.DefaultEventLoopPolicy`` or calling ``asyncio.set_event_loop_policy``
+warns. So the policy class is built on first use, from the base class under
+whichever name the running Python has, and `install` uses the non-warning
+setter where one exists. Importing tideloop touches none of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from ._loop import new_event_loop
+
+_T = TypeVar("_T")
+
+_policy_class: type[Any] | None = None
+
+
+def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
+    """Run *main* on a new tideloop loop and return its result (like asyncio.run)."""
+    if asyncio.events._get_running_loop() is not None:
+        raise RuntimeError("tideloop.run() cannot be called from a running event loop")
+    with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
+        return runner.run(main)
+
+
+def policy_class() -> type[Any]:
+    """The ``EventLoopPolicy`` class whose loops are tideloop loops."""
+    global _policy_class
+    if _policy_class is None:
+        base = getattr(asyncio.events, "_BaseDefaultEventLoopPolicy", None)
+        if base is None:
+            base = asyncio.events.BaseDefaultEventLoopPolicy
+
+        class EventLoopPolicy(base):  # type: ignore[misc,valid-type]
+            """asyncio event loop policy creating `tideloop.Loop` instances."""
+
+            _loop_factory = staticmethod(new_event_loop)
+
+            def __repr__(self) -> str:
+                return "<tideloop.EventLoopPolicy>"
+
+        EventLoopPolicy.__module__ = "tideloop"
+        _policy_class = EventLoopPolicy
+    return _policy_class
+
+
+def install() -> None:
+    """Make the asyncio policy create tideloop loops, for code that uses it."""
+    policy = policy_class()()
+    setter = getattr(asyncio.events, "_set_event_loop_policy", None)
+    if setter is None:
+        setter = asyncio.set_event_loop_policy
+    setter(policy)

@@ -1,0 +1,273 @@
+"""call_soon / call_later / call_at / time(): asyncio's scheduling model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import time
+
+import pytest
+
+VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="default")
+
+
+def test_call_soon_is_fifo_and_passes_args(loop: asyncio.AbstractEventLoop) -> None:
+    calls: list[tuple[int, str]] = []
+    for i in range(50):
+        loop.call_soon(calls.append, (i, str(i)))
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert calls == [(i, str(i)) for i in range(50)]
+
+
+def test_call_soon_returns_a_handle(loop: asyncio.AbstractEventLoop) -> None:
+    handle = loop.call_soon(lambda: None)
+    assert isinstance(handle, asyncio.Handle)
+    assert not isinstance(handle, asyncio.TimerHandle)
+    assert not handle.cancelled()
+    handle.cancel()
+    assert handle.cancelled()
+    assert "cancelled" in repr(handle)
+
+
+def test_cancelled_handle_does_not_run(loop: asyncio.AbstractEventLoop) -> None:
+    calls: list[int] = []
+    loop.call_soon(calls.append, 1)
+    loop.call_soon(calls.append, 2).cancel()
+    loop.call_soon(calls.append, 3)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert calls == [1, 3]
+
+
+def test_handle_cancelled_by_earlier_callback_in_same_phase(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    calls: list[str] = []
+    victim: asyncio.Handle | None = None
+
+    def killer() -> None:
+        calls.append("killer")
+        assert victim is not None
+        victim.cancel()
+
+    loop.call_soon(killer)
+    victim = loop.call_soon(calls.append, "victim")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert calls == ["killer"]
+
+
+def test_only_callbacks_ready_at_phase_start_run_in_it(loop: asyncio.AbstractEventLoop) -> None:
+    """Callbacks scheduled by a callback run in the next iteration."""
+    order: list[str] = []
+
+    def first() -> None:
+        order.append("first")
+        loop.call_soon(third)
+
+    def second() -> None:
+        order.append("second")
+        loop.stop()  # stops after this iteration: `third` must not run yet
+
+    def third() -> None:
+        order.append("third")
+
+    loop.call_soon(first)
+    loop.call_soon(second)
+    loop.run_forever()
+    assert order == ["first", "second"]
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == ["first", "second", "third"]
+
+
+def test_context_argument_is_honoured(loop: asyncio.AbstractEventLoop) -> None:
+    ctx = contextvars.copy_context()
+    ctx.run(VAR.set, "inside")
+    seen: list[str] = []
+    handle = loop.call_soon(lambda: seen.append(VAR.get()), context=ctx)
+    timer = loop.call_later(0, lambda: seen.append(VAR.get()), context=ctx)
+    loop.call_soon(lambda: seen.append(VAR.get()))
+    loop.call_later(0.001, loop.stop)
+    loop.run_forever()
+    assert seen == ["inside", "default", "inside"]
+    if hasattr(handle, "get_context"):
+        assert handle.get_context() is ctx
+        assert timer.get_context() is ctx
+
+
+def test_callback_context_is_a_copy_when_not_given(loop: asyncio.AbstractEventLoop) -> None:
+    token = VAR.set("at-schedule")
+    try:
+        seen: list[str] = []
+
+        def cb() -> None:
+            seen.append(VAR.get())
+            VAR.set("changed-in-callback")
+
+        loop.call_soon(cb)
+        VAR.set("after-schedule")
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        assert seen == ["at-schedule"]
+        assert VAR.get() == "after-schedule"
+    finally:
+        VAR.reset(token)
+
+
+def test_call_later_order_and_timing(loop: asyncio.AbstractEventLoop) -> None:
+    order: list[float] = []
+    start = loop.time()
+    for delay in (0.03, 0.01, 0.02, 0.0):
+        loop.call_later(delay, order.append, delay)
+    loop.call_later(0.04, loop.stop)
+    loop.run_forever()
+    assert order == [0.0, 0.01, 0.02, 0.03]
+    assert loop.time() - start >= 0.04
+
+
+def test_call_later_returns_timer_handle(loop: asyncio.AbstractEventLoop) -> None:
+    before = loop.time()
+    timer = loop.call_later(10, lambda: None)
+    after = loop.time()
+    assert isinstance(timer, asyncio.TimerHandle)
+    assert before + 10 <= timer.when() <= after + 10
+    timer.cancel()
+    assert timer.cancelled()
+
+
+def test_call_at_uses_loop_time(loop: asyncio.AbstractEventLoop) -> None:
+    fired: list[float] = []
+    when = loop.time() + 0.02
+    timer = loop.call_at(when, lambda: fired.append(loop.time()))
+    assert timer.when() == when
+    loop.call_at(when + 0.01, loop.stop)
+    loop.run_forever()
+    assert len(fired) == 1
+    assert fired[0] >= when
+
+
+def test_call_at_in_the_past_runs_next_iteration(loop: asyncio.AbstractEventLoop) -> None:
+    calls: list[int] = []
+    loop.call_at(loop.time() - 100, calls.append, 1)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert calls == [1]
+
+
+def test_cancelled_timer_does_not_run(loop: asyncio.AbstractEventLoop) -> None:
+    calls: list[int] = []
+    loop.call_later(0.001, calls.append, 1).cancel()
+    loop.call_later(0.002, calls.append, 2)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert calls == [2]
+
+
+def test_many_cancelled_timers_do_not_delay_live_ones(loop: asyncio.AbstractEventLoop) -> None:
+    """Exercises compaction (more than 100 timers, most cancelled)."""
+    calls: list[int] = []
+    timers = [loop.call_later(1000 + i, calls.append, -1) for i in range(500)]
+    for t in timers[:-10]:
+        t.cancel()
+    loop.call_later(0.001, calls.append, 1)
+    loop.call_later(0.005, loop.stop)
+    loop.run_forever()
+    assert calls == [1]
+    for t in timers:
+        t.cancel()
+
+
+def test_timer_cancelled_while_due_in_same_phase(loop: asyncio.AbstractEventLoop) -> None:
+    calls: list[str] = []
+    when = loop.time() + 0.01
+    second: asyncio.TimerHandle | None = None
+
+    def first() -> None:
+        calls.append("first")
+        assert second is not None
+        second.cancel()
+
+    loop.call_at(when, first)
+    second = loop.call_at(when + 1e-6, calls.append, "second")
+    loop.call_at(when + 0.01, loop.stop)
+    loop.run_forever()
+    assert calls == ["first"]
+
+
+def test_time_is_monotonic_with_full_resolution(loop: asyncio.AbstractEventLoop) -> None:
+    samples = [loop.time() for _ in range(1000)]
+    assert samples == sorted(samples)
+    # Not milliseconds: consecutive reads differ by far less than 1 ms.
+    deltas = [b - a for a, b in itertools.pairwise(samples) if b > a]
+    assert deltas
+    assert min(deltas) < 1e-4
+    # Same scale as time.monotonic.
+    assert abs(loop.time() - time.monotonic()) < 1.0
+
+
+def test_call_later_none_delay(loop: asyncio.AbstractEventLoop) -> None:
+    with pytest.raises(TypeError, match="delay must not be None"):
+        loop.call_later(None, lambda: None)  # type: ignore[arg-type]
+
+
+def test_call_at_none_when(loop: asyncio.AbstractEventLoop) -> None:
+    with pytest.raises(TypeError, match="when cannot be None"):
+        loop.call_at(None, lambda: None)  # type: ignore[arg-type]
+
+
+@pytest.mark.divergence("call-at-rejects-non-numbers")
+def test_call_at_rejects_non_numbers(loop: asyncio.AbstractEventLoop) -> None:
+    with pytest.raises(TypeError, match="real number"):
+        loop.call_at("soon", lambda: None)  # type: ignore[arg-type]
+    # The loop still works afterwards.
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+
+
+@pytest.mark.divergence("equal-deadline-fifo")
+def test_equal_deadlines_fire_in_scheduling_order(loop: asyncio.AbstractEventLoop) -> None:
+    order: list[int] = []
+    when = loop.time() + 0.005
+    for i in range(20):
+        loop.call_at(when, order.append, i)
+    loop.call_at(when + 0.005, loop.stop)
+    loop.run_forever()
+    assert order == list(range(20))
+
+
+def test_call_soon_after_close_raises(loop: asyncio.AbstractEventLoop) -> None:
+    loop.close()
+    for call in (
+        lambda: loop.call_soon(lambda: None),
+        lambda: loop.call_later(1, lambda: None),
+        lambda: loop.call_at(1, lambda: None),
+        lambda: loop.call_soon_threadsafe(lambda: None),
+    ):
+        with pytest.raises(RuntimeError, match="Event loop is closed"):
+            call()
+
+
+def test_timer_handle_repr_contains_when(loop: asyncio.AbstractEventLoop) -> None:
+    timer = loop.call_at(12345.5, print)
+    assert "when=12345.5" in repr(timer)
+    timer.cancel()
+
+
+@pytest.mark.divergence("handle-get-context-3.11")
+def test_handles_have_get_context_on_every_python(loop: asyncio.AbstractEventLoop) -> None:
+    ctx = contextvars.copy_context()
+    handles = [
+        loop.call_soon(print, context=ctx),
+        loop.call_later(10, print, context=ctx),
+        loop.call_at(10, print, context=ctx),
+        loop.call_soon_threadsafe(print, context=ctx),
+    ]
+    for handle in handles:
+        assert handle.get_context() is ctx
+        handle.cancel()
+    default = loop.call_soon(print)
+    assert isinstance(default.get_context(), contextvars.Context)
+    default.cancel()

@@ -1,0 +1,250 @@
+"""tideloop.run, install, the policy, and ``python -m tideloop``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tideloop
+
+
+def run_python(
+    *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def restore_policy() -> Iterator[None]:
+    policy = asyncio.get_event_loop_policy()
+    yield
+    asyncio.set_event_loop_policy(policy)
+
+
+def test_run_returns_result_on_tideloop() -> None:
+    async def main() -> type:
+        await asyncio.sleep(0)
+        return type(asyncio.get_running_loop())
+
+    assert tideloop.run(main()) is tideloop.Loop
+
+
+def test_run_debug_flag() -> None:
+    async def main() -> bool:
+        return asyncio.get_running_loop().get_debug()
+
+    assert tideloop.run(main(), debug=True) is True
+    assert tideloop.run(main(), debug=False) is False
+
+
+def test_run_propagates_exceptions() -> None:
+    async def main() -> None:
+        raise LookupError("from main")
+
+    with pytest.raises(LookupError, match="from main"):
+        tideloop.run(main())
+
+
+def test_run_refuses_nested_call() -> None:
+    async def main() -> None:
+        coro = asyncio.sleep(0)
+        try:
+            with pytest.raises(RuntimeError, match="cannot be called from a running event loop"):
+                tideloop.run(coro)
+        finally:
+            coro.close()
+
+    tideloop.run(main())
+
+
+def test_run_cancels_leftover_tasks() -> None:
+    cancelled: list[bool] = []
+
+    async def straggler() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def main() -> None:
+        task = asyncio.ensure_future(straggler())
+        await asyncio.sleep(0)
+        assert not task.done()
+
+    tideloop.run(main())
+    assert cancelled == [True]
+
+
+def test_new_event_loop_poller_choice() -> None:
+    loop = tideloop.new_event_loop(poller="poll")
+    try:
+        assert loop._poller.name == "poll"
+    finally:
+        loop.close()
+    with pytest.raises(ValueError, match="unknown or unavailable poller 'nonsense'"):
+        tideloop.new_event_loop(poller="nonsense")
+    with pytest.raises(TypeError, match="poller must be a name or a Poller"):
+        tideloop.new_event_loop(poller=42)  # type: ignore[arg-type]
+
+
+def test_install_sets_the_policy(restore_policy: None) -> None:
+    tideloop.install()
+    policy = asyncio.get_event_loop_policy()
+    assert isinstance(policy, tideloop.EventLoopPolicy)
+    loop = asyncio.new_event_loop()
+    try:
+        assert isinstance(loop, tideloop.Loop)
+    finally:
+        loop.close()
+
+    async def main() -> type:
+        return type(asyncio.get_running_loop())
+
+    assert asyncio.run(main()) is tideloop.Loop
+
+
+def test_policy_class_is_an_asyncio_policy() -> None:
+    assert issubclass(tideloop.EventLoopPolicy, asyncio.events.BaseDefaultEventLoopPolicy)
+    assert tideloop.EventLoopPolicy is tideloop.EventLoopPolicy  # built once
+    with pytest.raises(AttributeError):
+        tideloop.does_not_exist  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_import_emits_no_warnings() -> None:
+    out = run_python("-W", "error", "-c", "import tideloop, tideloop.__main__")
+    assert out.returncode == 0, out.stderr
+
+
+def test_version_flag() -> None:
+    out = run_python("-m", "tideloop", "--version")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"tideloop {tideloop.__version__}"
+
+
+def test_help_and_bad_usage() -> None:
+    assert run_python("-m", "tideloop", "--help").stdout.startswith("usage:")
+    out = run_python("-m", "tideloop")
+    assert out.returncode == 2 and out.stdout.startswith("usage:")
+    out = run_python("-m", "tideloop", "--bogus")
+    assert out.returncode == 2 and "unknown option --bogus" in out.stderr
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys, os
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.001)
+        return type(loop).__module__ + "." + type(loop).__name__
+
+    print(asyncio.run(main()))
+    print(sys.argv)
+    print(__name__)
+    print(os.path.basename(sys.path[0]))
+    loop = asyncio.new_event_loop()
+    print(type(loop).__name__)
+    loop.close()
+    """
+)
+
+
+def test_dash_m_tideloop_runs_unmodified_script(tmp_path: Path) -> None:
+    script_dir = tmp_path / "scripts"
+    script_dir.mkdir()
+    script = script_dir / "prog.py"
+    script.write_text(SCRIPT)
+    out = run_python("-m", "tideloop", str(script), "a", "--flag", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "tideloop._loop.Loop"
+    assert lines[1] == repr([str(script), "a", "--flag"])
+    assert lines[2] == "__main__"
+    assert lines[3] == "scripts"
+    assert lines[4] == "Loop"
+
+
+def test_dash_m_tideloop_runs_module(tmp_path: Path) -> None:
+    (tmp_path / "progmod.py").write_text(SCRIPT)
+    out = run_python("-m", "tideloop", "-m", "progmod", "x", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "tideloop._loop.Loop"
+    assert lines[2] == "__main__"
+
+
+def test_script_exit_code_and_exceptions(tmp_path: Path) -> None:
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    assert run_python("-m", "tideloop", str(tmp_path / "exits.py")).returncode == 3
+    (tmp_path / "raises.py").write_text("raise ValueError('boom')\n")
+    out = run_python("-m", "tideloop", str(tmp_path / "raises.py"))
+    assert out.returncode == 1
+    assert "ValueError: boom" in out.stderr
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs SIGINT")
+def test_ctrl_c_cancels_main_task(tmp_path: Path) -> None:
+    script = tmp_path / "sleepy.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, sys
+            import tideloop
+
+            async def main():
+                print("ready", flush=True)
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    print("cancelled", flush=True)
+                    raise
+
+            try:
+                tideloop.run(main())
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+                sys.exit(7)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 7, err
+    assert out.split() == ["cancelled", "interrupted"]
+
+
+def test_loop_is_an_abstract_event_loop() -> None:
+    loop = tideloop.new_event_loop()
+    try:
+        assert isinstance(loop, asyncio.AbstractEventLoop)
+        assert os.path.basename(tideloop.__file__) == "__init__.py"
+    finally:
+        loop.close()
