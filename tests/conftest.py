@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 import pytest
 
 import tideloop
-from divergences import DIVERGENCES
 from tideloop._pollers import available
+
+from divergences import DIVERGENCES
 
 T = TypeVar("T")
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]

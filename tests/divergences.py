@@ -10,7 +10,14 @@ behave differently (so an entry cannot outlive its reason).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+
+#: Does this Python's own shutdown_default_executor bound its wait with the
+#: timeout (3.12.x later releases, 3.13+)? Read off the stdlib's code.
+STDLIB_BOUNDED_EXECUTOR_SHUTDOWN = (
+    "timeouts" in asyncio.BaseEventLoop.shutdown_default_executor.__code__.co_names
+)
 
 
 @dataclass(frozen=True)
@@ -43,11 +50,14 @@ DIVERGENCES: dict[str, Divergence] = {
         why="A CPython 3.13.0 bug (create_task calls task.set_name(None)); later releases "
         "pass the name to the factory instead. Copying a bug would only confuse users.",
     ),
-    "executor-timeout-3.11": Divergence(
-        what="On Python 3.11, shutdown_default_executor() accepts the timeout argument "
-        "added in 3.12, with 3.12's semantics (warn and stop waiting after timeout).",
+    "executor-shutdown-timeout": Divergence(
+        what="shutdown_default_executor(timeout) stops waiting after *timeout* seconds, "
+        "warns and leaves the threads behind, on every Python. asyncio 3.11 has no timeout "
+        "argument, and early 3.12 releases (3.12.1 here) wait for the threads first and "
+        "apply the timeout only to the final join, so a stuck executor hangs them.",
         why="The issue asks for shutdown_default_executor(timeout) on every supported "
-        "Python; an extra optional argument cannot break 3.11 code.",
+        "Python; the bounded wait is what later CPython releases do and what the argument "
+        "is for. An extra optional argument cannot break 3.11 code.",
     ),
     "call-at-rejects-non-numbers": Divergence(
         what="call_at/call_later reject a deadline that is not a real number with TypeError "

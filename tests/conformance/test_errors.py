@@ -161,3 +161,35 @@ def test_custom_handler_runs_bare_on_311(loop: asyncio.AbstractEventLoop) -> Non
     loop.call_soon(loop.stop)
     loop.run_forever()
     assert seen == ["unset"]
+
+
+def _messages_for(loop: asyncio.AbstractEventLoop) -> list[str]:
+    import functools
+
+    contexts: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda lp, ctx: contexts.append(ctx))
+
+    def with_args(a: int, b: str) -> None:
+        raise ValueError(a, b)
+
+    loop.call_soon(with_args, 1, "two")
+    loop.call_soon(functools.partial(with_args, 3), "four")
+    loop.call_later(0, with_args, 5, "six")
+    loop.call_soon(failing_callback)
+    loop.call_later(0.001, loop.stop)
+    loop.run_forever()
+    assert all(isinstance(ctx["exception"], (ValueError, ZeroDivisionError)) for ctx in contexts)
+    return [ctx["message"] for ctx in contexts]
+
+
+def test_callback_error_messages_match_stdlib(loop_factory: Any) -> None:
+    """The inlined callback runner reports exactly what asyncio's Handle._run does."""
+    results = []
+    for factory in (asyncio.SelectorEventLoop, loop_factory):
+        lp = factory()
+        try:
+            results.append(_messages_for(lp))
+        finally:
+            lp.close()
+    assert results[0] == results[1]
+    assert results[0][0].startswith("Exception in callback _messages_for.<locals>.with_args(")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import sys
 import threading
 import time
 
 import pytest
+
+from divergences import STDLIB_BOUNDED_EXECUTOR_SHUTDOWN
 
 
 def test_call_soon_threadsafe_wakes_a_blocked_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -131,8 +132,8 @@ def test_shutdown_default_executor_without_executor(loop: asyncio.AbstractEventL
 def test_shutdown_default_executor_timeout_warns(
     loop: asyncio.AbstractEventLoop, loop_name: str
 ) -> None:
-    if sys.version_info < (3, 12) and loop_name == "asyncio":
-        pytest.skip("asyncio 3.11 has no timeout parameter (divergence executor-timeout-3.11)")
+    if loop_name == "asyncio" and not STDLIB_BOUNDED_EXECUTOR_SHUTDOWN:
+        pytest.skip("this asyncio does not bound the wait (divergence executor-shutdown-timeout)")
     release = threading.Event()
     fut = loop.run_in_executor(None, release.wait)
 

@@ -17,12 +17,44 @@ travels as ``exc_info`` (so logging prints its traceback).
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import traceback
+from asyncio import format_helpers
 from asyncio.log import logger
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["format_context", "log_context", "logger"]
+__all__ = ["callback_error_context", "format_context", "log_context", "logger"]
+
+
+def callback_error_context(
+    handle: asyncio.Handle, exc: BaseException, debug: bool
+) -> dict[str, Any]:
+    """The context asyncio's ``Handle._run`` reports for a failing callback.
+
+    The loop runs callbacks inline (saving a Python call per callback), so it
+    builds the same report itself: same message, keys and callback format
+    (asyncio's own formatter, whose signature changed in 3.13).
+    """
+    callback = getattr(handle, "_callback", None)
+    args = handle._args
+    try:
+        if sys.version_info >= (3, 13):
+            cb = format_helpers._format_callback_source(callback, args, debug=debug)
+        else:
+            cb = format_helpers._format_callback_source(callback, args)
+    except Exception:  # a private helper: never let it break error reporting
+        cb = repr(callback)
+    context: dict[str, Any] = {
+        "message": f"Exception in callback {cb}",
+        "exception": exc,
+        "handle": handle,
+    }
+    source_traceback = getattr(handle, "_source_traceback", None)
+    if source_traceback:
+        context["source_traceback"] = source_traceback
+    return context
 
 
 def format_context(context: Mapping[str, Any]) -> str:

@@ -158,6 +158,17 @@ class FdLoop(CoreLoop):
         handle.cancel()
         return True
 
+    def _detach_reader(self, fd: int) -> None:
+        """Unregister fd's reader *without cancelling its handle*.
+
+        For owners (transports) that keep one handle and re-register it with
+        `_set_reader` on resume: a cancelled handle cannot run again. The
+        handle may already be queued for this iteration, so its callback must
+        check its owner's state before acting.
+        """
+        if self._readers.pop(fd, None) is not None:
+            self._sync(fd)
+
     def _add_writer(
         self, fd: FileDescriptorLike, callback: Callable[..., object], *args: Any
     ) -> asyncio.Handle:
@@ -182,6 +193,11 @@ class FdLoop(CoreLoop):
         self._sync(fd)
         handle.cancel()
         return True
+
+    def _detach_writer(self, fd: int) -> None:
+        """Unregister fd's writer without cancelling its handle (see `_detach_reader`)."""
+        if self._writers.pop(fd, None) is not None:
+            self._sync(fd)
 
     # ------------------------------------------------------------------
     # Public API

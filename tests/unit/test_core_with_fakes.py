@@ -1,0 +1,322 @@
+"""The core's decisions, observed through a fake poller and a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+import tideloop
+from tideloop._core.run import MAX_POLL_TIMEOUT
+from tideloop._pollers import READ, WRITE
+
+from fakes import FakePoller, ManualClock, fake_loop
+
+EPOLLERR = 8
+EPOLLHUP = 16
+
+
+@pytest.fixture
+def env() -> Iterator[tuple[tideloop.Loop, FakePoller, ManualClock]]:
+    loop, poller, clock = fake_loop()
+    try:
+        yield loop, poller, clock
+    finally:
+        loop.close()
+
+
+def test_constructor_registers_only_the_waker(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    assert poller.calls == [("register", loop._waker.fileno(), READ)]
+
+
+def test_close_closes_the_poller() -> None:
+    loop, poller, _ = fake_loop()
+    waker_fd = loop._waker.fileno()
+    loop.close()
+    assert poller.closed
+    assert ("unregister", waker_fd, 0) in poller.calls
+
+
+def test_time_comes_from_the_clock(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, _, clock = env
+    assert loop.time() == 1000.0
+    clock.t = 1234.5
+    assert loop.time() == 1234.5
+
+
+def test_poll_timeout_until_next_timer(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, poller, clock = env
+    fired: list[float] = []
+    loop.call_later(5, lambda: (fired.append(clock.t), loop.stop()))
+    loop.run_forever()
+    assert poller.timeouts == [5.0]
+    assert fired == [1005.0]
+
+
+def test_poll_timeout_zero_when_ready_or_stopping(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    loop.call_later(100, lambda: None)
+    loop.call_soon(lambda: None)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == [0.0]
+    poller.timeouts.clear()
+    loop.stop()
+    loop.run_forever()
+    assert poller.timeouts == [0.0]
+
+
+def test_poll_timeout_capped_at_one_day(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, poller, clock = env
+    loop.call_later(3 * 86400, loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == [MAX_POLL_TIMEOUT, MAX_POLL_TIMEOUT, MAX_POLL_TIMEOUT]
+    assert clock.t == 1000.0 + 3 * 86400
+
+
+def test_poll_timeout_none_without_timers(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    fd = 50
+    loop._add_reader(fd, loop.stop)
+    poller.scripted.append([(fd, READ)])
+    loop.run_forever()
+    assert poller.timeouts == [None]
+    loop._remove_reader(fd)
+
+
+def test_past_deadline_gives_zero_timeout(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    loop.call_at(loop.time() - 10, loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == [0.0]
+
+
+def test_clock_resolution_rule() -> None:
+    """A timer due within one clock resolution of now is run, not polled for again."""
+    loop, poller, _ = fake_loop(resolution=0.01)
+    try:
+        calls: list[str] = []
+        loop.call_at(1001.0, calls.append, "due")
+        loop.call_at(1001.5, loop.stop)
+        # The poll 'returns' 0.995 s later: 5 ms before the deadline, which
+        # the clock cannot tell apart from it.
+        poller.elapse.extend([0.995, 10.0])
+        loop.run_forever()
+        assert calls == ["due"]
+        assert poller.timeouts[0] == pytest.approx(1.0)
+        # The due timer ran after the first poll, without a second one.
+        assert len(poller.timeouts) == 2
+    finally:
+        loop.close()
+
+
+def test_timer_not_due_outside_resolution() -> None:
+    loop, poller, _ = fake_loop(resolution=0.001)
+    try:
+        calls: list[str] = []
+        loop.call_at(1001.0, calls.append, "due")
+        poller.elapse.extend([0.99])
+        loop.call_soon(loop.stop)
+        loop.run_forever()  # ready callback forces timeout 0 and one iteration
+        assert calls == []
+        loop.call_at(1001.0, loop.stop)
+        loop.run_forever()
+        assert calls == ["due"]
+    finally:
+        loop.close()
+
+
+def test_compaction_thresholds(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, _, _ = env
+    timers = [loop.call_later(10 + i, lambda: None) for i in range(101)]
+    for t in timers[1:52]:  # 51 of 101 cancelled: more than half
+        t.cancel()
+    assert loop._timers.cancelled == 51
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert len(loop._timers) == 50
+    assert loop._timers.cancelled == 0
+    assert all(not t._scheduled for t in timers[1:52])
+    for t in timers:
+        t.cancel()
+
+
+def test_no_compaction_below_thresholds(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, _, _ = env
+    timers = [loop.call_later(10 + i, lambda: None) for i in range(100)]
+    for t in timers[1:80]:  # many cancelled, but only 100 timers
+        t.cancel()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert len(loop._timers) == 100  # the head is live, nothing dropped
+    timers[0].cancel()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    # Cancelled timers at the head are dropped lazily, up to the first live one.
+    assert len(loop._timers) == 20
+    assert loop._timers.cancelled == 0
+    for t in timers:
+        t.cancel()
+
+
+def test_error_bits_reach_reader_and_writer(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    calls: list[str] = []
+    loop._add_reader(10, calls.append, "r10")
+    loop._add_writer(10, calls.append, "w10")
+    loop._add_reader(11, calls.append, "r11")
+    loop._add_writer(11, calls.append, "w11")
+    loop._add_reader(12, calls.append, "r12")
+    loop._add_writer(12, calls.append, "w12")
+    poller.scripted.append(
+        [(10, READ), (11, WRITE), (12, EPOLLERR | EPOLLHUP), (99, READ)]  # 99 is unknown
+    )
+    loop.call_later(0.5, loop.stop)
+    loop.run_forever()
+    assert calls == ["r10", "w11", "r12", "w12"]
+    for fd in (10, 11, 12):
+        loop._remove_reader(fd)
+        loop._remove_writer(fd)
+
+
+def test_io_callbacks_run_after_already_ready_ones(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    """asyncio's order: ready callbacks, then I/O callbacks, then due timers."""
+    loop, poller, _ = env
+    order: list[str] = []
+    loop._add_reader(20, order.append, "io")
+    loop.call_at(loop.time(), order.append, "timer")
+    loop.call_soon(order.append, "soon")
+    poller.scripted.append([(20, READ)])
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert order == ["soon", "io", "timer"]
+    loop._remove_reader(20)
+
+
+def test_registration_calls(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, poller, _ = env
+    poller.calls.clear()
+    loop._add_reader(30, print)
+    loop._add_writer(30, print)
+    loop._add_reader(30, repr)  # replacing: no kernel change
+    assert loop._remove_reader(30)
+    assert loop._remove_writer(30)
+    assert not loop._remove_writer(30)
+    assert poller.calls == [
+        ("register", 30, READ),
+        ("modify", 30, READ | WRITE),
+        ("modify", 30, WRITE),
+        ("unregister", 30, 0),
+    ]
+
+
+def test_cancelled_reader_is_unregistered_when_it_fires(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    calls: list[int] = []
+    handle = loop._add_reader(40, calls.append, 1)
+    handle.cancel()
+    poller.scripted.append([(40, READ)])
+    loop.call_later(0.1, loop.stop)
+    loop.run_forever()
+    assert calls == []
+    assert 40 not in poller.registered
+    assert loop._remove_reader(40) is False
+
+
+def test_failed_register_leaves_nothing(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, poller, _ = env
+    poller.fail_next = OSError(9, "Bad file descriptor")
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        loop._add_reader(50, print)
+    assert 50 not in poller.registered
+    assert loop._remove_reader(50) is False
+
+
+def test_failed_modify_drops_the_fd(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+    loop, poller, _ = env
+    old = loop._add_reader(60, print)
+    poller.fail_next = OSError(9, "Bad file descriptor")
+    with pytest.raises(OSError):
+        loop._add_writer(60, print)
+    # asyncio's selector drops the fd entirely and leaves the old handle alone.
+    assert 60 not in poller.registered
+    assert loop._remove_reader(60) is False
+    assert loop._remove_writer(60) is False
+    assert not old.cancelled()
+
+
+def test_replaced_reader_handle_is_cancelled(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, _, _ = env
+    first = loop._add_reader(70, print)
+    second = loop._add_reader(70, print)
+    assert first.cancelled() and not second.cancelled()
+    loop._remove_reader(70)
+    assert second.cancelled()
+
+
+def test_call_soon_threadsafe_wakes_once_per_batch(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    waker_fd = loop._waker.fileno()
+    for _ in range(100):
+        loop.call_soon_threadsafe(lambda: None)
+    # Coalesced: the waker is pending once; the poll reports it readable.
+    assert loop._waker._pending
+    poller.scripted.append([(waker_fd, READ)])
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert not loop._waker._pending
+
+
+def test_virtual_clock_wait_hook() -> None:
+    """A clock with a wait() decides how the loop blocks: here, jump to the deadline."""
+
+    class JumpClock:
+        resolution = 1e-9
+
+        def __init__(self) -> None:
+            self.t = 0.0
+            self.waits: list[float | None] = []
+
+        def now(self) -> float:
+            return self.t
+
+        def wait(self, poll, timeout):  # type: ignore[no-untyped-def]
+            self.waits.append(timeout)
+            events = poll(0)  # never really block
+            if not events and timeout:
+                self.t += timeout
+            return events
+
+    clock = JumpClock()
+    loop = tideloop.new_event_loop(poller="poll", clock=clock)  # type: ignore[arg-type]
+    try:
+
+        async def main() -> float:
+            await asyncio.sleep(3600)
+            await asyncio.sleep(86400 * 2)
+            return loop.time()
+
+        assert loop.run_until_complete(main()) == pytest.approx(3600 + 2 * 86400)
+        assert clock.waits.count(MAX_POLL_TIMEOUT) == 2
+    finally:
+        loop.close()

@@ -1,0 +1,154 @@
+"""TimerQueue: heap order, lazy cancellation, compaction, bookkeeping invariants."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tideloop
+from tideloop._core.handles import TimerHandle
+from tideloop._core.timers import TimerQueue
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = tideloop.new_event_loop()
+    yield lp
+    lp.close()
+
+
+class Recorder:
+    """A loop stand-in for TimerHandle: it forwards cancellations to the queue."""
+
+    _debug = False
+
+    def __init__(self, queue: TimerQueue) -> None:
+        self.queue = queue
+
+    def get_debug(self) -> bool:
+        return False
+
+    def _timer_handle_cancelled(self, handle: TimerHandle) -> None:
+        self.queue.note_cancelled(handle)
+
+
+def make(queue: TimerQueue, when: float, tag: object = None) -> TimerHandle:
+    handle = TimerHandle(when, print, (tag,), Recorder(queue))  # type: ignore[arg-type]
+    queue.push(handle)
+    return handle
+
+
+def test_pop_due_in_deadline_order() -> None:
+    q = TimerQueue()
+    for when in (5.0, 1.0, 3.0, 2.0, 4.0):
+        make(q, when, when)
+    out: list[TimerHandle] = []
+    q.pop_due(3.5, out.append)
+    assert [h.when() for h in out] == [1.0, 2.0, 3.0]
+    assert all(not h._scheduled for h in out)
+    assert q.next_deadline() == 4.0
+    assert len(q) == 2
+
+
+def test_due_means_strictly_before_end_time() -> None:
+    q = TimerQueue()
+    make(q, 2.0)
+    out: list[TimerHandle] = []
+    q.pop_due(2.0, out.append)
+    assert out == []
+    q.pop_due(2.0 + 1e-9, out.append)
+    assert len(out) == 1
+
+
+def test_cancel_counts_only_scheduled_handles() -> None:
+    q = TimerQueue()
+    h = make(q, 1.0)
+    h.cancel()
+    assert q.cancelled == 1
+    h.cancel()  # second cancel is a no-op
+    assert q.cancelled == 1
+    assert q.next_deadline() is None  # dropped from the head
+    assert q.cancelled == 0
+    assert not h._scheduled
+
+
+def test_cancelled_due_timers_are_not_delivered() -> None:
+    q = TimerQueue()
+    live = make(q, 1.0)
+    dead = make(q, 1.5)
+    dead.cancel()
+    out: list[TimerHandle] = []
+    q.pop_due(2.0, out.append)
+    assert out == [live]
+    assert q.cancelled == 0
+
+
+def test_equal_deadlines_keep_insertion_order() -> None:
+    q = TimerQueue()
+    handles = [make(q, 7.0, i) for i in range(50)]
+    out: list[TimerHandle] = []
+    q.pop_due(8.0, out.append)
+    assert out == handles
+
+
+def test_clear_unschedules_everything() -> None:
+    q = TimerQueue()
+    handles = [make(q, float(i)) for i in range(10)]
+    handles[3].cancel()
+    q.clear()
+    assert len(q) == 0 and q.cancelled == 0
+    assert all(not h._scheduled for h in handles)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["push", "cancel", "deadline", "pop"]),
+            st.floats(min_value=0, max_value=100, allow_nan=False),
+            st.integers(min_value=0, max_value=10_000),
+        ),
+        max_size=400,
+    )
+)
+def test_invariants_under_random_operations(ops: list[tuple[str, float, int]]) -> None:
+    """Model check against a plain list: same due timers, same order, exact counts."""
+    q = TimerQueue()
+    model: list[TimerHandle] = []  # live, not yet delivered, in push order
+    pushed = 0
+    for op, value, index in ops:
+        if op == "push":
+            model.append(make(q, value, pushed))
+            pushed += 1
+        elif op == "cancel" and model:
+            model.pop(index % len(model)).cancel()
+        elif op == "deadline":
+            expected = min((h.when() for h in model), default=None)
+            assert q.next_deadline() == expected
+        elif op == "pop":
+            out: list[TimerHandle] = []
+            q.pop_due(value, out.append)
+            due = sorted(
+                (h for h in model if h.when() < value), key=lambda h: (h.when(), h._args[0])
+            )
+            assert out == due
+            model = [h for h in model if h.when() >= value]
+        # Invariants after every operation.
+        in_heap = [entry[2] for entry in q.heap]
+        assert all(h._scheduled for h in in_heap)
+        assert q.cancelled == sum(1 for h in in_heap if h.cancelled())
+        assert {id(h) for h in model} <= {id(h) for h in in_heap}
+
+
+def test_loop_timers_use_the_queue(loop: asyncio.AbstractEventLoop) -> None:
+    assert isinstance(loop, tideloop.Loop)
+    t1 = loop.call_later(100, print)
+    t2 = loop.call_later(50, print)
+    assert loop._timers.next_deadline() == t2.when()
+    t2.cancel()
+    assert loop._timers.next_deadline() == t1.when()
+    t1.cancel()
