@@ -65,4 +65,59 @@ DIVERGENCES: dict[str, Divergence] = {
         why="asyncio's failure happens while pushing onto the heap and can leave a broken "
         "entry behind that breaks every later timer; failing early loses nothing.",
     ),
+    # Networking (issue 3)
+    "accept-out-of-resources": Divergence(
+        what="When accept() fails with EMFILE/ENFILE/ENOBUFS/ENOMEM, the server reports it "
+        "once, stops polling and retries after ACCEPT_RETRY_DELAY; the retry is cancelled "
+        "if the server closes. asyncio keeps looping up to `backlog` times per event, "
+        "reporting and scheduling a retry each time (thousands of log entries per second "
+        "starved), and its retry re-registers a socket that may be closed by then.",
+        why="The issue asks to stop accepting and retry 'without spinning'; the report, the "
+        "delay and the recovery are asyncio's, only the repetition is gone.",
+    ),
+    "accept-without-task": Divergence(
+        what="An accepted connection's protocol and transport are built in the accept "
+        "callback (in a fresh copy of the context); asyncio builds them in a new task, so "
+        "there protocol_factory() sees a current task and runs one iteration later.",
+        why="A task (and a waiter future) per connection is the largest cost of accepting; "
+        "connection_made() is still called from the loop, after the factory, as in asyncio.",
+    ),
+    "write-copies-mutable-buffers": Divergence(
+        what="On Python 3.12+, write()/writelines() copy the unsent part of a bytearray or "
+        "memoryview before returning; asyncio 3.12+ keeps a view of the caller's buffer, "
+        "so changing the buffer afterwards changes what is sent.",
+        why="What was written must be what is sent; 3.11 copies too, and the sendfile "
+        "fallback itself reuses its buffer between writes.",
+    ),
+    "writelines-flow-control": Divergence(
+        what="On Python 3.12+, writelines() calls protocol.pause_writing() when the buffer "
+        "goes over the high-water mark; asyncio 3.12+'s writelines() never does, so "
+        "StreamWriter.drain() does not wait after writelines().",
+        why="Flow control must not depend on which write method was used; 3.11 pauses too.",
+    ),
+    "getaddrinfo-literal-inline": Divergence(
+        what="loop.getaddrinfo() for a literal IP address with a numeric port calls "
+        "socket.getaddrinfo inline (with AI_NUMERICHOST|AI_NUMERICSERV, so it cannot "
+        "block) instead of in the default executor; the result is the same.",
+        why="The issue asks for no thread hop for literal addresses; asyncio skips "
+        "getaddrinfo only on its connect/bind paths, which tideloop does too.",
+    ),
+    "recv-size-64k": Divergence(
+        what="A stream transport reads at most 64 KiB per recv(), so data_received() gets "
+        "chunks of at most 64 KiB; asyncio reads up to 256 KiB.",
+        why="Measured on this machine: recv(256 KiB) costs ~14 us per 1 KiB read (glibc "
+        "maps and unmaps the buffer each time) against ~1.3 us for recv(64 KiB), and bulk "
+        "throughput is higher too. TCP never promised chunk boundaries.",
+    ),
+    "sendfile-transport-closed": Divergence(
+        what="Closing a transport while loop.sendfile() runs its os.sendfile() path makes "
+        "sendfile() raise ConnectionError; asyncio removes the transfer's writer without "
+        "completing it, so sendfile() never returns (and an InvalidStateError is logged).",
+        why="A hang is never the intended behaviour.",
+    ),
+    "start-serving-after-close": Divergence(
+        what="Server.start_serving() on a closed server does nothing; asyncio raises "
+        "TypeError ('NoneType' object is not iterable) from its internals.",
+        why="The TypeError is an accident of asyncio's implementation, not an API.",
+    ),
 }

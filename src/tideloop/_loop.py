@@ -3,27 +3,36 @@
 Layer: top. Each layer is a class that extends the one below it and imports
 only from below:
 
-    CoreLoop     (_core/run.py)     scheduling, run loop, lifecycle, errors,
-                                    debug, threads, executor, async generators
-    FdLoop       (_fdio/registry.py) fd registry, add_reader/add_writer
-    SignalLoop   (_signals.py)       add_signal_handler/remove_signal_handler
-    Loop         (here)              what users construct
+    CoreLoop       (_core/run.py)          scheduling, run loop, lifecycle, errors,
+                                           debug, threads, executor, async generators
+    FdLoop         (_fdio/registry.py)     fd registry, add_reader/add_writer
+    SockLoop       (_fdio/sock.py)         sock_recv, sock_sendall, sock_connect, ...
+    TransportLoop  (_transports/loop.py)   stream transports, sock_sendfile, sendfile
+    DnsLoop        (_net/dns.py)           getaddrinfo, getnameinfo
+    ConnectLoop    (_net/connect.py)       create_connection (happy eyeballs), Unix
+    NetLoop        (_net/server.py)        create_server, create_unix_server, Server
+    SignalLoop     (_signals.py)           add_signal_handler/remove_signal_handler
+    Loop           (here)                  what users construct
 
-`Loop` adds nothing of its own yet; networking layers slot in between
-SignalLoop and Loop as they land. Methods of `asyncio.AbstractEventLoop` not
-provided by any layer yet raise NotImplementedError (asyncio's default).
+``class Loop(NetLoop, SignalLoop)``: both branches extend FdLoop, and the
+method resolution order is the list above. Every layer's ``__init__(*,
+poller, clock)`` and ``_close()`` call ``super()``, so each runs once.
+Methods of `asyncio.AbstractEventLoop` not provided by any layer yet (TLS,
+datagram endpoints, pipes, subprocesses) raise NotImplementedError
+(asyncio's default).
 """
 
 from __future__ import annotations
 
 from ._core.clock import Clock
+from ._net import NetLoop
 from ._pollers import Poller
 from ._signals import SignalLoop
 
 __all__ = ["Loop", "new_event_loop"]
 
 
-class Loop(SignalLoop):
+class Loop(NetLoop, SignalLoop):
     """A drop-in `asyncio.AbstractEventLoop`.
 
     *poller* picks the readiness mechanism: ``"epoll"``, ``"kqueue"``,
@@ -38,6 +47,6 @@ class Loop(SignalLoop):
 
 def new_event_loop(*, poller: Poller | str | None = None, clock: Clock | None = None) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    # mypy sees AbstractEventLoop's networking methods as abstract: they
-    # raise NotImplementedError until the networking layers land.
+    # mypy sees the AbstractEventLoop methods no layer provides yet (TLS,
+    # datagram endpoints, pipes, subprocesses) as abstract.
     return Loop(poller=poller, clock=clock)  # type: ignore[abstract]

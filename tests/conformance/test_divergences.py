@@ -123,6 +123,211 @@ def check_call_at_non_numbers() -> None:
         loop.close()
 
 
+# ----------------------------------------------------------------------
+# Networking (issue 3)
+
+
+def check_accept_out_of_resources() -> None:
+    import errno
+
+    loop = stdlib_loop()
+    reports: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda lp, ctx: reports.append(ctx))
+    real = socket.socket()
+
+    class Starved:
+        def fileno(self) -> int:
+            return real.fileno()
+
+        def accept(self) -> tuple[socket.socket, object]:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    try:
+        loop._accept_connection(asyncio.Protocol, Starved(), backlog=5)  # type: ignore[attr-defined]
+        assert len(reports) == 5  # asyncio: once per backlog slot, in one event
+    finally:
+        loop.close()
+        real.close()
+
+
+def check_accept_without_task() -> None:
+    loop = stdlib_loop()
+    seen: list[object] = []
+
+    def factory() -> asyncio.Protocol:
+        seen.append(asyncio.current_task())
+        return asyncio.Protocol()
+
+    async def main() -> None:
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        client = socket.create_connection(server.sockets[0].getsockname())
+        try:
+            while not seen:
+                await asyncio.sleep(0.001)
+        finally:
+            client.close()
+            server.close()
+            await asyncio.sleep(0.01)
+
+    try:
+        loop.run_until_complete(main())
+        assert seen[0] is not None  # asyncio: inside a task
+    finally:
+        loop.close()
+
+
+def _unread_pair(loop: asyncio.AbstractEventLoop) -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    b.setblocking(False)
+    return a, b
+
+
+async def _drain(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        out += await loop.sock_recv(sock, 65536)
+    return bytes(out)
+
+
+def check_write_copies_mutable_buffers() -> None:
+    if sys.version_info < (3, 12):
+        pytest.skip("no divergence on this Python: asyncio 3.11 copies")
+    loop = stdlib_loop()
+    a, b = _unread_pair(loop)
+
+    async def main() -> bytes:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        buf = bytearray(b"A" * (1024 * 1024))
+        transport.write(buf)
+        assert transport.get_write_buffer_size() > 0
+        buf[:] = b"B" * len(buf)
+        data = await _drain(loop, b, len(buf))
+        transport.close()
+        await asyncio.sleep(0)
+        return data
+
+    try:
+        assert b"B" in loop.run_until_complete(main())  # asyncio sent the mutation
+    finally:
+        loop.close()
+        b.close()
+
+
+def check_writelines_flow_control() -> None:
+    if sys.version_info < (3, 12):
+        pytest.skip("no divergence on this Python: asyncio 3.11 pauses")
+    loop = stdlib_loop()
+    a, b = _unread_pair(loop)
+    paused: list[bool] = []
+
+    class P(asyncio.Protocol):
+        def pause_writing(self) -> None:
+            paused.append(True)
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(P, a)
+        transport.writelines([b"w" * (1024 * 1024)])
+        assert transport.get_write_buffer_size() > 64 * 1024
+        transport.abort()
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+        assert paused == []  # asyncio: never paused
+    finally:
+        loop.close()
+        b.close()
+
+
+def check_getaddrinfo_literal_inline() -> None:
+    loop = stdlib_loop()
+    try:
+        loop.run_until_complete(loop.getaddrinfo("127.0.0.1", 80))
+        assert loop._default_executor is not None  # type: ignore[attr-defined]
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+
+
+def check_recv_size_64k() -> None:
+    loop = stdlib_loop()
+    a, b = socket.socketpair()
+    sizes: list[int] = []
+
+    class P(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            sizes.append(len(data))
+
+    async def main() -> None:
+        # Queue as much as the socket takes before the transport reads.
+        b.setblocking(False)
+        queued = 0
+        try:
+            while True:
+                queued += b.send(b"r" * 65536)
+        except BlockingIOError:
+            pass
+        b.close()
+        assert queued > 64 * 1024
+        transport, _ = await loop.connect_accepted_socket(P, a)
+        while sum(sizes) < queued:
+            await asyncio.sleep(0.001)
+        transport.close()
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+        assert max(sizes) > 64 * 1024
+    finally:
+        loop.close()
+
+
+def check_sendfile_transport_closed() -> None:
+    import tempfile
+
+    loop = stdlib_loop()
+    loop.set_exception_handler(lambda lp, ctx: None)  # its InvalidStateError
+    a, b = _unread_pair(loop)
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        with tempfile.TemporaryFile() as f:
+            f.write(b"f" * (4 * 1024 * 1024))
+            f.flush()
+            f.seek(0)
+            task = asyncio.ensure_future(loop.sendfile(transport, f))
+            await asyncio.sleep(0.05)
+            transport.close()
+            done, _ = await asyncio.wait([task], timeout=0.3)
+            assert not done  # asyncio: never completes
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        b.close()
+
+
+def check_start_serving_after_close() -> None:
+    loop = stdlib_loop()
+
+    async def main() -> None:
+        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(TypeError):
+            await server.start_serving()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
@@ -130,6 +335,14 @@ CHECKS: dict[str, Callable[[], None]] = {
     "factory-task-name-3.13.0": check_factory_task_name,
     "executor-shutdown-timeout": check_executor_timeout,
     "call-at-rejects-non-numbers": check_call_at_non_numbers,
+    "accept-out-of-resources": check_accept_out_of_resources,
+    "accept-without-task": check_accept_without_task,
+    "write-copies-mutable-buffers": check_write_copies_mutable_buffers,
+    "writelines-flow-control": check_writelines_flow_control,
+    "getaddrinfo-literal-inline": check_getaddrinfo_literal_inline,
+    "recv-size-64k": check_recv_size_64k,
+    "sendfile-transport-closed": check_sendfile_transport_closed,
+    "start-serving-after-close": check_start_serving_after_close,
 }
 
 

@@ -1,4 +1,7 @@
-"""The fd I/O layer: the fd registry and, later, the sock_* methods.
+"""The fd I/O layer: the fd registry and the sock_* methods.
 
 Layer: fd I/O, above the core. Imports flow down only (core, pollers).
+
+    registry.py  FdLoop: fd -> reader/writer callbacks, add_reader & co
+    sock.py      SockLoop(FdLoop): sock_recv, sock_sendall, sock_connect, ...
 """

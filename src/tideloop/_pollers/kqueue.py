@@ -24,6 +24,11 @@ from .base import READ, WRITE
 
 # mypy checks the class on kqueue platforms only (CI runs it with --platform darwin).
 if sys.platform != "linux" and sys.platform != "win32":
+    _FILTERS = ((READ, select.KQ_FILTER_READ), (WRITE, select.KQ_FILTER_WRITE))
+
+    def _count(mask: int) -> int:
+        """Filters a mask stands for: one per direction."""
+        return (1 if mask & READ else 0) + (1 if mask & WRITE else 0)
 
     class KqueuePoller:
         __slots__ = ("_filters", "_kq", "_masks", "name")
@@ -39,27 +44,31 @@ if sys.platform != "linux" and sys.platform != "win32":
 
         def _apply(self, fd: int, old: int, new: int) -> None:
             changes = []
-            for bit, kfilter in ((READ, select.KQ_FILTER_READ), (WRITE, select.KQ_FILTER_WRITE)):
+            for bit, kfilter in _FILTERS:
                 if new & bit and not old & bit:
                     changes.append(select.kevent(fd, kfilter, select.KQ_EV_ADD))
                 elif old & bit and not new & bit:
                     changes.append(select.kevent(fd, kfilter, select.KQ_EV_DELETE))
             if changes:
                 self._kq.control(changes, 0, 0)
-            self._filters += bin(new & (READ | WRITE)).count("1") - bin(old & (READ | WRITE)).count(
-                "1"
-            )
+
+        def _forget(self, fd: int) -> None:
+            """After a failed change the kernel's view is unknown: delete both filters."""
+            self._filters -= _count(self._masks.pop(fd, 0))
+            for _, kfilter in _FILTERS:
+                try:
+                    self._kq.control([select.kevent(fd, kfilter, select.KQ_EV_DELETE)], 0, 0)
+                except OSError:
+                    pass
 
         def register(self, fd: int, events: int) -> None:
             try:
                 self._apply(fd, 0, events)
             except OSError:
-                # One filter may have been added before the other failed.
-                self._masks[fd] = events
-                self._filters += bin(events & (READ | WRITE)).count("1")
-                self.unregister(fd)
+                self._forget(fd)
                 raise
             self._masks[fd] = events
+            self._filters += _count(events)
 
         def modify(self, fd: int, events: int) -> None:
             old = self._masks.get(fd)
@@ -68,17 +77,16 @@ if sys.platform != "linux" and sys.platform != "win32":
             try:
                 self._apply(fd, old, events)
             except OSError:
-                # A half-applied change list leaves the kernel's view unknown:
-                # drop the fd entirely, as the registry expects after a failure.
-                self.unregister(fd)
+                self._forget(fd)
                 raise
             self._masks[fd] = events
+            self._filters += _count(events) - _count(old)
 
         def unregister(self, fd: int) -> None:
             old = self._masks.pop(fd, 0)
-            for bit, kfilter in ((READ, select.KQ_FILTER_READ), (WRITE, select.KQ_FILTER_WRITE)):
+            self._filters -= _count(old)
+            for bit, kfilter in _FILTERS:
                 if old & bit:
-                    self._filters -= 1
                     try:
                         self._kq.control([select.kevent(fd, kfilter, select.KQ_EV_DELETE)], 0, 0)
                     except OSError:

@@ -1,0 +1,381 @@
+"""SockLoop: asyncio's ``sock_*`` coroutines on non-blocking sockets.
+
+Layer: fd I/O, above the fd registry (`FdLoop`). Each method first tries the
+system call at once (a ready socket costs no poll round-trip and no
+registration); only if the kernel says "would block" does it register a
+reader or writer that retries the call when the fd is ready, and await a
+future.
+
+Semantics are asyncio's (``selector_events.py``), for every supported Python:
+
+- In debug mode a blocking socket is refused with
+  ``ValueError("the socket must be non-blocking")``; outside debug mode
+  asyncio does not check, and neither do we (a blocking socket then blocks
+  the loop, as it does with asyncio).
+- An ``ssl.SSLSocket`` is refused with TypeError.
+- Registering on an fd owned by a transport raises RuntimeError.
+- ``sock_connect`` resolves host names for AF_INET/AF_INET6 sockets (through
+  `_ensure_resolved`, which the net layer provides); a failed non-blocking
+  connect reports ``OSError(errno, 'Connect call failed <address>')``.
+
+Invariants:
+- A pending operation owns exactly one registration, and its future's
+  done-callback removes it. A cancelled call therefore leaves no reader or
+  writer registered once the cancellation has been delivered (the callback
+  runs before the awaiting task resumes: it was added first).
+- The done-callback removes a registration only if it is still the
+  operation's own handle, so it never removes a callback that someone else
+  registered on the fd meanwhile.
+- A retry callback checks ``fut.done()`` first: cancellation is delivered
+  one iteration after the future is cancelled, and the fd may fire between.
+
+Facts / what this means for us:
+- ``connect()`` on a non-blocking socket fails with EINPROGRESS (Python
+  raises BlockingIOError); the outcome is known when the fd turns writable,
+  and is read with ``getsockopt(SO_ERROR)``. EINTR (InterruptedError) means
+  the same: the connect continues in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+from typing import Any, Final
+
+from tideloop._core.clock import Clock
+from tideloop._pollers import Poller
+
+from .registry import FdLoop
+
+try:
+    import ssl as _ssl
+
+    _SSL_SOCKET: type | None = _ssl.SSLSocket
+except ImportError:  # pragma: no cover
+    _SSL_SOCKET = None
+
+HAS_IPV6: Final = hasattr(socket, "AF_INET6")
+
+_Address = Any  # whatever the socket family takes: a tuple, str, bytes...
+
+
+def check_ssl_socket(sock: object) -> None:
+    """asyncio refuses ssl.SSLSocket wherever it takes a socket."""
+    if _SSL_SOCKET is not None and isinstance(sock, _SSL_SOCKET):
+        raise TypeError("Socket cannot be of type SSLSocket")
+
+
+class _SendallState:
+    """The unsent part of one sock_sendall() call."""
+
+    __slots__ = ("pos", "view")
+
+    def __init__(self, view: memoryview, pos: int) -> None:
+        self.view = view
+        self.pos = pos
+
+
+class SockLoop(FdLoop):
+    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
+        super().__init__(poller=poller, clock=clock)
+
+    # ------------------------------------------------------------------
+    # Provided by the net layer (tideloop._net.dns): numeric fast path, else
+    # getaddrinfo() in the executor.
+
+    async def _ensure_resolved(
+        self,
+        address: tuple[Any, ...],
+        *,
+        family: int = 0,
+        type: int = socket.SOCK_STREAM,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------
+    # Shared helpers
+
+    def _check_sock(self, sock: socket.socket) -> None:
+        check_ssl_socket(sock)
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
+
+    def _sock_read_done(self, fd: int, handle: asyncio.Handle, fut: asyncio.Future[Any]) -> None:
+        if self._readers.get(fd) is handle:
+            self._remove_reader(fd)
+
+    def _sock_write_done(self, fd: int, handle: asyncio.Handle, fut: asyncio.Future[Any]) -> None:
+        if self._writers.get(fd) is handle:
+            self._remove_writer(fd)
+
+    def _wait_readable(
+        self, fut: asyncio.Future[Any], sock: socket.socket, callback: Any, *args: Any
+    ) -> None:
+        fd = sock.fileno()
+        self._ensure_fd_no_transport(fd)
+        handle = self._add_reader(fd, callback, fut, sock, *args)
+        fut.add_done_callback(functools.partial(self._sock_read_done, fd, handle))
+
+    def _wait_writable(
+        self, fut: asyncio.Future[Any], sock: socket.socket, callback: Any, *args: Any
+    ) -> None:
+        fd = sock.fileno()
+        self._ensure_fd_no_transport(fd)
+        handle = self._add_writer(fd, callback, fut, sock, *args)
+        fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle))
+
+    # ------------------------------------------------------------------
+    # Receiving
+
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
+        self._check_sock(sock)
+        try:
+            return sock.recv(n)
+        except (BlockingIOError, InterruptedError):
+            pass
+        fut: asyncio.Future[bytes] = self.create_future()
+        self._wait_readable(fut, sock, self._sock_recv, n)
+        return await fut
+
+    def _sock_recv(self, fut: asyncio.Future[bytes], sock: socket.socket, n: int) -> None:
+        if fut.done():
+            return
+        try:
+            data = sock.recv(n)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(data)
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        self._check_sock(sock)
+        try:
+            return sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            pass
+        fut: asyncio.Future[int] = self.create_future()
+        self._wait_readable(fut, sock, self._sock_recv_into, buf)
+        return await fut
+
+    def _sock_recv_into(self, fut: asyncio.Future[int], sock: socket.socket, buf: Any) -> None:
+        if fut.done():
+            return
+        try:
+            n = sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(n)
+
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _Address]:
+        self._check_sock(sock)
+        try:
+            return sock.recvfrom(bufsize)
+        except (BlockingIOError, InterruptedError):
+            pass
+        fut: asyncio.Future[tuple[bytes, _Address]] = self.create_future()
+        self._wait_readable(fut, sock, self._sock_recvfrom, bufsize)
+        return await fut
+
+    def _sock_recvfrom(
+        self, fut: asyncio.Future[tuple[bytes, _Address]], sock: socket.socket, bufsize: int
+    ) -> None:
+        if fut.done():
+            return
+        try:
+            result = sock.recvfrom(bufsize)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    async def sock_recvfrom_into(
+        self, sock: socket.socket, buf: Any, nbytes: int = 0
+    ) -> tuple[int, _Address]:
+        self._check_sock(sock)
+        if not nbytes:
+            nbytes = len(buf)
+        try:
+            return sock.recvfrom_into(buf, nbytes)
+        except (BlockingIOError, InterruptedError):
+            pass
+        fut: asyncio.Future[tuple[int, _Address]] = self.create_future()
+        self._wait_readable(fut, sock, self._sock_recvfrom_into, buf, nbytes)
+        return await fut
+
+    def _sock_recvfrom_into(
+        self,
+        fut: asyncio.Future[tuple[int, _Address]],
+        sock: socket.socket,
+        buf: Any,
+        nbytes: int,
+    ) -> None:
+        if fut.done():
+            return
+        try:
+            result = sock.recvfrom_into(buf, nbytes)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    # ------------------------------------------------------------------
+    # Sending
+
+    async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
+        self._check_sock(sock)
+        try:
+            n = sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        if n == len(data):
+            return
+        fut: asyncio.Future[None] = self.create_future()
+        self._wait_writable(fut, sock, self._sock_sendall, _SendallState(memoryview(data), n))
+        return await fut
+
+    def _sock_sendall(
+        self, fut: asyncio.Future[None], sock: socket.socket, state: _SendallState
+    ) -> None:
+        if fut.done():
+            return
+        view = state.view
+        try:
+            n = sock.send(view[state.pos :])
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            return
+        state.pos += n
+        if state.pos == len(view):
+            fut.set_result(None)
+
+    async def sock_sendto(self, sock: socket.socket, data: Any, address: _Address) -> int:
+        self._check_sock(sock)
+        try:
+            return sock.sendto(data, address)
+        except (BlockingIOError, InterruptedError):
+            pass
+        fut: asyncio.Future[int] = self.create_future()
+        self._wait_writable(fut, sock, self._sock_sendto, data, address)
+        return await fut
+
+    def _sock_sendto(
+        self, fut: asyncio.Future[int], sock: socket.socket, data: Any, address: _Address
+    ) -> None:
+        if fut.done():
+            return
+        try:
+            n = sock.sendto(data, 0, address)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(n)
+
+    # ------------------------------------------------------------------
+    # Connecting and accepting
+
+    async def sock_connect(self, sock: socket.socket, address: _Address) -> None:
+        self._check_sock(sock)
+        if sock.family == socket.AF_INET or (HAS_IPV6 and sock.family == socket.AF_INET6):
+            resolved = await self._ensure_resolved(
+                address, family=sock.family, type=sock.type, proto=sock.proto
+            )
+            address = resolved[0][4]
+        fut: asyncio.Future[None] | None = self.create_future()
+        assert fut is not None
+        self._sock_connect(fut, sock, address)
+        try:
+            return await fut
+        finally:
+            # Break the cycle exception -> traceback -> frame -> fut.
+            fut = None
+
+    def _sock_connect(
+        self, fut: asyncio.Future[None], sock: socket.socket, address: _Address
+    ) -> None:
+        try:
+            sock.connect(address)
+        except (BlockingIOError, InterruptedError):
+            # In progress (EINPROGRESS, or EINTR: it goes on in the
+            # background); the fd turns writable when it is decided.
+            self._wait_writable(fut, sock, self._sock_connect_cb, address)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+
+    def _sock_connect_cb(
+        self, fut: asyncio.Future[None], sock: socket.socket, address: _Address
+    ) -> None:
+        if fut.done():
+            return
+        try:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err != 0:
+                raise OSError(err, f"Connect call failed {address}")
+        except (BlockingIOError, InterruptedError):
+            pass  # still registered: retried when the fd fires again
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
+
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, _Address]:
+        self._check_sock(sock)
+        try:
+            conn, address = sock.accept()
+            conn.setblocking(False)
+            return conn, address
+        except (BlockingIOError, InterruptedError):
+            pass
+        fut: asyncio.Future[tuple[socket.socket, _Address]] = self.create_future()
+        self._wait_readable(fut, sock, self._sock_accept)
+        return await fut
+
+    def _sock_accept(
+        self, fut: asyncio.Future[tuple[socket.socket, _Address]], sock: socket.socket
+    ) -> None:
+        if fut.done():
+            return
+        try:
+            conn, address = sock.accept()
+            conn.setblocking(False)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result((conn, address))

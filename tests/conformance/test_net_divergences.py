@@ -1,0 +1,195 @@
+"""tideloop's side of the networking divergences registered in divergences.py.
+
+Each test runs on tideloop only (``@pytest.mark.divergence``); the registry's
+own checks (test_divergences.py) show that the stdlib loop behaves otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import tempfile
+
+import pytest
+from test_net_support import close_server
+
+
+def unread_pair() -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    b.setblocking(False)
+    return a, b
+
+
+async def drain(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        out += await loop.sock_recv(sock, 65536)
+    return bytes(out)
+
+
+@pytest.mark.divergence("accept-out-of-resources")
+def test_emfile_reported_once_and_retry_cancelled_on_close(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    reports: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda lp, ctx: reports.append(ctx))
+    real = socket.socket()
+
+    class Starved:
+        def fileno(self) -> int:
+            return real.fileno()
+
+        def accept(self) -> tuple[socket.socket, object]:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        def getsockname(self) -> object:
+            return real.getsockname()
+
+        def close(self) -> None:
+            real.close()
+
+    starved = Starved()
+    lp: object = loop
+    lp._start_serving(asyncio.Protocol, starved, backlog=5)  # type: ignore[attr-defined]
+    lp._accept_connection(asyncio.Protocol, starved, backlog=5)  # type: ignore[attr-defined]
+    assert len(reports) == 1
+    assert reports[0]["message"] == "socket.accept() out of system resource"
+    assert not loop.remove_reader(real.fileno())  # no longer polled
+    retries = lp._accept_retries  # type: ignore[attr-defined]
+    timer = retries[starved]
+    lp._stop_serving(starved)  # type: ignore[attr-defined]
+    assert timer.cancelled()
+    assert not retries
+
+
+@pytest.mark.divergence("accept-without-task")
+def test_protocol_factory_runs_in_the_accept_callback(loop: asyncio.AbstractEventLoop) -> None:
+    seen: list[object] = []
+
+    class P(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            transport.write(b"hello")  # type: ignore[attr-defined]
+            transport.close()
+
+    def factory() -> asyncio.Protocol:
+        seen.append(asyncio.current_task())
+        return P()
+
+    async def main() -> None:
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        assert await reader.read() == b"hello"
+        writer.close()
+        await writer.wait_closed()
+        await close_server(server)
+
+    loop.run_until_complete(main())
+    assert seen == [None]
+
+
+@pytest.mark.divergence("write-copies-mutable-buffers")
+def test_mutating_a_written_buffer_does_not_change_what_is_sent(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = unread_pair()
+
+    async def main() -> bytes:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        buf = bytearray(b"A" * (1024 * 1024))
+        transport.write(buf)
+        transport.writelines([memoryview(buf)])
+        assert transport.get_write_buffer_size() > 0
+        buf[:] = b"B" * len(buf)
+        data = await drain(loop, b, 2 * len(buf))
+        transport.close()
+        await asyncio.sleep(0)
+        return data
+
+    with b:
+        assert loop.run_until_complete(main()) == b"A" * (2 * 1024 * 1024)
+
+
+@pytest.mark.divergence("writelines-flow-control")
+def test_writelines_pauses_the_protocol(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = unread_pair()
+    paused: list[bool] = []
+
+    class P(asyncio.Protocol):
+        def pause_writing(self) -> None:
+            paused.append(True)
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(P, a)
+        transport.writelines([b"w" * (1024 * 1024)])
+        assert transport.get_write_buffer_size() > 64 * 1024
+        transport.abort()
+        await asyncio.sleep(0)
+
+    with b:
+        loop.run_until_complete(main())
+    assert paused == [True]
+
+
+@pytest.mark.divergence("recv-size-64k")
+def test_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = socket.socketpair()
+    sizes: list[int] = []
+
+    class P(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            sizes.append(len(data))
+
+    async def main() -> None:
+        b.setblocking(False)
+        queued = 0
+        try:
+            while True:
+                queued += b.send(b"r" * 65536)
+        except BlockingIOError:
+            pass
+        b.close()
+        transport, _ = await loop.connect_accepted_socket(P, a)
+        while sum(sizes) < queued:
+            await asyncio.sleep(0.001)
+        transport.close()
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(main())
+    assert max(sizes) == 64 * 1024
+
+
+@pytest.mark.divergence("sendfile-transport-closed")
+def test_closing_the_transport_ends_a_native_sendfile(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = unread_pair()
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        with tempfile.TemporaryFile() as f:
+            f.write(b"f" * (4 * 1024 * 1024))
+            f.flush()
+            f.seek(0)
+            task = asyncio.ensure_future(loop.sendfile(transport, f))
+            await asyncio.sleep(0.05)
+            assert not task.done()  # nobody reads: os.sendfile() waits
+            transport.close()
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(task, 5)
+            assert 0 < f.tell() < 4 * 1024 * 1024  # what went out, as asyncio reports it
+
+    with b:
+        loop.run_until_complete(main())
+
+
+@pytest.mark.divergence("start-serving-after-close")
+def test_start_serving_after_close_does_nothing(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        server.close()
+        await server.wait_closed()
+        await server.start_serving()
+        assert not server.is_serving()
+
+    loop.run_until_complete(main())

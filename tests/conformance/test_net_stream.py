@@ -1,0 +1,765 @@
+"""Stream transports (TCP and AF_UNIX): reading, writing, flow control, closing."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_net_support import Echo, Recorder, captured_asyncio_logs, close_server
+
+SIZES = [1, 1024, 65536, 1024 * 1024, 10 * 1024 * 1024]
+
+
+async def tcp_pair(
+    loop: asyncio.AbstractEventLoop,
+    server_factory: Callable[[], asyncio.BaseProtocol],
+    client_factory: Callable[[], asyncio.BaseProtocol],
+) -> tuple[asyncio.AbstractServer, asyncio.Transport, Any]:
+    server = await loop.create_server(server_factory, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport, protocol = await loop.create_connection(client_factory, "127.0.0.1", port)
+    return server, transport, protocol
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_echo(loop: asyncio.AbstractEventLoop, size: int) -> None:
+    payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            transport.write(payload)
+            assert await client.wait_for_bytes(size) == payload
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_transport_is_an_asyncio_transport(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            assert isinstance(transport, asyncio.Transport)
+            assert transport.get_protocol() is client
+            assert client.transport is transport
+            sock = transport.get_extra_info("socket")
+            assert isinstance(sock, asyncio.trsock.TransportSocket)
+            assert sock.family == socket.AF_INET
+            assert sock.type == socket.SOCK_STREAM
+            port = server.sockets[0].getsockname()[1]
+            assert transport.get_extra_info("peername") == ("127.0.0.1", port)
+            assert transport.get_extra_info("sockname") == sock.getsockname()
+            assert transport.get_extra_info("nonexistent", "dflt") == "dflt"
+            # TCP_NODELAY is on, as asyncio sets it.
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            assert transport.can_write_eof()
+            assert transport.is_reading()
+            assert not transport.is_closing()
+            assert transport.get_write_buffer_size() == 0
+            assert transport.get_write_buffer_limits() == (16384, 65536)
+        finally:
+            transport.close()
+            assert transport.is_closing()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_server_side_transport_extra_info(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server_protos: list[Recorder] = []
+
+        def factory() -> Recorder:
+            server_protos.append(Recorder(loop))
+            return server_protos[-1]
+
+        server, transport, client = await tcp_pair(loop, factory, lambda: Recorder(loop))
+        try:
+            await client.made
+            while not server_protos:
+                await asyncio.sleep(0)
+            srv = server_protos[0]
+            await srv.made
+            st = srv.transport
+            assert st.get_extra_info("peername") == transport.get_extra_info("sockname")
+            assert st.get_extra_info("sockname") == server.sockets[0].getsockname()
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_writelines(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            parts: list[Any] = [b"a", bytearray(b"bc"), memoryview(b"def"), b"", b"g" * 100000]
+            transport.writelines(parts)
+            transport.writelines(iter([b"1", b"2"]))  # any iterable
+            transport.writelines([])
+            expected = b"abcdef" + b"g" * 100000 + b"12"
+            assert await client.wait_for_bytes(len(expected)) == expected
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_writelines_many_buffers(loop: asyncio.AbstractEventLoop) -> None:
+    """More buffers than one sendmsg() takes (IOV_MAX)."""
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            parts = [b"%05d" % i for i in range(5000)]
+            transport.writelines(parts)
+            expected = b"".join(parts)
+            assert await client.wait_for_bytes(len(expected)) == expected
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_write_copies_mutable_buffers(loop: asyncio.AbstractEventLoop) -> None:
+    """What was written is what arrives, even if the caller reuses its buffer."""
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            transport.pause_reading()  # nobody drains our echo: the buffers fill
+            buf = bytearray(b"A" * 1024 * 1024)
+            expected = bytearray()
+            for letter in b"ABCD":
+                buf[:] = bytes([letter]) * len(buf)
+                transport.write(buf)
+                expected += buf
+            transport.resume_reading()
+            assert await client.wait_for_bytes(len(expected)) == expected
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_write_memoryview_of_wider_items(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            arr = array.array("i", range(1000))
+            transport.write(memoryview(arr))
+            expected = arr.tobytes()
+            assert await client.wait_for_bytes(len(expected)) == expected
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_write_rejects_non_bytes(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            with pytest.raises(TypeError, match="data argument must be a bytes-like object"):
+                transport.write("text")  # type: ignore[arg-type]
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_buffered_protocol(loop: asyncio.AbstractEventLoop) -> None:
+    class Buffered(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.buf = bytearray(1000)
+            self.received = bytearray()
+            self.sizes: list[int] = []
+            self.done: asyncio.Future[None] = loop.create_future()
+
+        def get_buffer(self, sizehint: int) -> bytearray:
+            self.sizes.append(sizehint)
+            return self.buf
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.received += self.buf[:nbytes]
+
+        def eof_received(self) -> None:
+            self.done.set_result(None)
+
+    payload = bytes(range(256)) * 400
+
+    async def main() -> None:
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport, proto = await loop.create_connection(Buffered, "127.0.0.1", port)
+        try:
+            transport.write(payload)
+            while len(proto.received) < len(payload):
+                await asyncio.sleep(0.001)
+            assert proto.received == payload
+            assert proto.sizes and all(s == -1 for s in proto.sizes)
+        finally:
+            transport.close()
+            await asyncio.sleep(0)
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_buffered_protocol_empty_buffer_is_an_error(loop: asyncio.AbstractEventLoop) -> None:
+    contexts: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda lp, ctx: contexts.append(ctx))
+
+    class Empty(asyncio.BufferedProtocol):
+        lost: asyncio.Future[BaseException | None] = loop.create_future()
+
+        def get_buffer(self, sizehint: int) -> bytearray:
+            return bytearray()
+
+        def buffer_updated(self, nbytes: int) -> None:
+            raise AssertionError("unreachable")
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            self.lost.set_result(exc)
+
+    async def main() -> None:
+        server, transport, proto = await tcp_pair(loop, Echo, Empty)
+        transport.write(b"x")
+        exc = await proto.lost
+        assert isinstance(exc, RuntimeError)
+        assert "get_buffer() returned an empty buffer" in str(exc)
+        await close_server(server)
+
+    loop.run_until_complete(main())
+    assert contexts and contexts[0]["message"] == "Fatal error: protocol.get_buffer() call failed."
+
+
+def test_set_protocol_switches_read_path(loop: asyncio.AbstractEventLoop) -> None:
+    class Buffered(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.buf = bytearray(100)
+            self.received = bytearray()
+
+        def get_buffer(self, sizehint: int) -> bytearray:
+            return self.buf
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.received += self.buf[:nbytes]
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            transport.write(b"one")
+            assert await client.wait_for_bytes(3) == b"one"
+            buffered = Buffered()
+            transport.set_protocol(buffered)
+            assert transport.get_protocol() is buffered
+            transport.write(b"two")
+            while len(buffered.received) < 3:
+                await asyncio.sleep(0.001)
+            assert buffered.received == b"two"
+        finally:
+            transport.set_protocol(client)
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_pause_and_resume_reading(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            await client.made
+            transport.pause_reading()
+            assert not transport.is_reading()
+            transport.pause_reading()  # idempotent
+            transport.write(b"while paused")
+            await asyncio.sleep(0.05)
+            assert client.data == b""
+            transport.resume_reading()
+            assert transport.is_reading()
+            transport.resume_reading()  # idempotent
+            assert await client.wait_for_bytes(12) == b"while paused"
+        finally:
+            transport.close()
+            assert not transport.is_reading()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_pause_reading_before_connection_made_runs(loop: asyncio.AbstractEventLoop) -> None:
+    """Reading starts after connection_made(); pausing inside it holds data back."""
+
+    class PauseAtOnce(Recorder):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            transport.pause_reading()  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: PauseAtOnce(loop))
+        try:
+            transport.write(b"data")
+            await asyncio.sleep(0.05)
+            assert client.data == b""
+            transport.resume_reading()
+            assert await client.wait_for_bytes(4) == b"data"
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_half_close_eof_received_true_keeps_transport_open(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    class Replier(Recorder):
+        def eof_received(self) -> bool:
+            super().eof_received()
+            # The peer is done writing; we may still answer.
+            self.transport.write(b"reply:" + bytes(self.data))
+            self.transport.close()
+            return True
+
+    async def main() -> None:
+        servers: list[Replier] = []
+
+        def factory() -> Replier:
+            servers.append(Replier(loop))
+            return servers[-1]
+
+        server, transport, client = await tcp_pair(loop, factory, lambda: Recorder(loop))
+        try:
+            transport.write(b"question")
+            transport.write_eof()
+            with pytest.raises(RuntimeError, match="after write_eof"):
+                transport.write(b"more")
+            transport.write_eof()  # a second call does nothing
+            await client.eof
+            assert bytes(client.data) == b"reply:question"
+            assert await client.lost is None
+            assert client.events == ["made", "data", "eof", "lost"]
+            srv = servers[0]
+            assert await srv.lost is None
+            assert srv.events == ["made", "data", "eof", "lost"]
+        finally:
+            transport.close()
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_half_open_client_keeps_writing_after_eof(loop: asyncio.AbstractEventLoop) -> None:
+    """eof_received() returning true: the transport stays open for writing."""
+
+    class Server(Recorder):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            transport.write_eof()  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        servers: list[Server] = []
+
+        def factory() -> Server:
+            servers.append(Server(loop))
+            return servers[-1]
+
+        server, transport, client = await tcp_pair(
+            loop, factory, lambda: Recorder(loop, keep_open_on_eof=True)
+        )
+        try:
+            await client.eof
+            assert not transport.is_closing()
+            transport.write(b"still writing")
+            while not servers or len(servers[0].data) < 13:
+                await asyncio.sleep(0.001)
+            assert servers[0].data == b"still writing"
+        finally:
+            transport.close()
+            assert await client.lost is None
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_eof_received_false_closes(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        closer_protocols: list[Recorder] = []
+
+        def factory() -> Recorder:
+            closer_protocols.append(Recorder(loop))
+            return closer_protocols[-1]
+
+        server, transport, client = await tcp_pair(loop, factory, lambda: Recorder(loop))
+        transport.write_eof()
+        srv = closer_protocols[0] if closer_protocols else None
+        while srv is None:
+            await asyncio.sleep(0)
+            srv = closer_protocols[0] if closer_protocols else None
+        assert await srv.lost is None  # closed on EOF
+        await client.eof  # our side sees the server's close as EOF
+        assert await client.lost is None
+        assert transport.is_closing()
+        await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_close_flushes_then_loses_connection_once(loop: asyncio.AbstractEventLoop) -> None:
+    size = 8 * 1024 * 1024
+
+    async def main() -> None:
+        received = bytearray()
+        done = loop.create_future()
+
+        class Sink(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                received.extend(data)
+
+            def eof_received(self) -> None:
+                done.set_result(None)
+
+        sink_server = await loop.create_server(Sink, "127.0.0.1", 0)
+        port = sink_server.sockets[0].getsockname()[1]
+        transport, client = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
+        transport.write(b"z" * size)
+        assert transport.get_write_buffer_size() > 0  # the kernel could not take it all
+        transport.close()
+        transport.close()  # closing twice is harmless
+        assert transport.is_closing()
+        await done
+        assert len(received) == size
+        assert await client.lost is None
+        await asyncio.sleep(0.01)
+        assert client.lost_calls == 1
+        await close_server(sink_server)
+
+    loop.run_until_complete(main())
+
+
+def test_abort_discards_buffer(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        transport.pause_reading()
+        transport.write(b"x" * 16 * 1024 * 1024)
+        assert transport.get_write_buffer_size() > 0
+        transport.abort()
+        assert transport.is_closing()
+        assert transport.get_write_buffer_size() == 0
+        transport.abort()
+        transport.close()
+        assert await client.lost is None
+        await asyncio.sleep(0.01)
+        assert client.lost_calls == 1
+        await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_write_after_connection_lost_warns_after_threshold(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        transport.close()
+        await client.lost
+        with captured_asyncio_logs() as records:
+            for _ in range(10):
+                transport.write(b"x")
+        warnings = [r for r in records if r.getMessage() == "socket.send() raised exception."]
+        assert len(warnings) >= 5
+        await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_slow_reader_pauses_writer_and_memory_stays_bounded(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    chunk = b"s" * 65536
+    total_target = 32 * 1024 * 1024
+
+    class Producer(Recorder):
+        """Writes as long as the transport lets it."""
+
+        def __init__(self) -> None:
+            super().__init__(loop)
+            self.written = 0
+            self.max_buffer = 0
+            self.can_write = True
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            transport.set_write_buffer_limits(high=256 * 1024)  # type: ignore[attr-defined]
+            loop.call_soon(self.produce)
+
+        def produce(self) -> None:
+            while self.can_write and self.written < total_target:
+                self.transport.write(chunk)
+                self.written += len(chunk)
+                self.max_buffer = max(self.max_buffer, self.transport.get_write_buffer_size())
+            if self.written >= total_target:
+                self.transport.close()
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self.can_write = False
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self.can_write = True
+            loop.call_soon(self.produce)
+
+    async def main() -> None:
+        producers: list[Producer] = []
+
+        def factory() -> Producer:
+            producers.append(Producer())
+            return producers[-1]
+
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader = socket.create_connection(("127.0.0.1", port))
+        reader.setblocking(False)
+        try:
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            while not producers:
+                await asyncio.sleep(0.001)
+            producer = producers[0]
+            # Nobody reads for a while: the producer must be paused, its
+            # buffer bounded by the high-water mark plus one write.
+            await asyncio.sleep(0.2)
+            assert producer.paused == 1
+            assert producer.transport.get_write_buffer_size() <= 256 * 1024 + len(chunk)
+            assert producer.written < total_target
+            # Read slowly until the end: pause/resume alternate.
+            got = 0
+            while True:
+                try:
+                    data = await loop.sock_recv(reader, 256 * 1024)
+                except ConnectionResetError:  # pragma: no cover
+                    break
+                if not data:
+                    break
+                got += len(data)
+            assert got == total_target
+            assert producer.resumed >= 1
+            assert producer.paused - producer.resumed in (0, 1)
+            assert producer.max_buffer <= 256 * 1024 + len(chunk)
+            await producer.lost
+        finally:
+            reader.close()
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_write_buffer_limits(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            transport.set_write_buffer_limits(high=100)
+            assert transport.get_write_buffer_limits() == (25, 100)
+            transport.set_write_buffer_limits(low=10)
+            assert transport.get_write_buffer_limits() == (10, 40)
+            transport.set_write_buffer_limits(high=50, low=0)
+            assert transport.get_write_buffer_limits() == (0, 50)
+            with pytest.raises(ValueError, match=r"high \(1\) must be >= low \(2\) must be >= 0"):
+                transport.set_write_buffer_limits(high=1, low=2)
+            with pytest.raises(ValueError):
+                transport.set_write_buffer_limits(high=-1)
+            assert transport.get_write_buffer_limits() == (0, 50)
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_set_write_buffer_limits_below_current_size_pauses(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
+        try:
+            transport.pause_reading()
+            transport.write(b"b" * 8 * 1024 * 1024)  # more than the kernel takes
+            assert client.paused == 1  # above the default 64 KiB
+            size = transport.get_write_buffer_size()
+            assert size > 0
+            transport.set_write_buffer_limits(high=size * 2)
+            assert client.paused == 1  # no second pause while paused
+        finally:
+            transport.abort()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+@pytest.mark.parametrize("how", ["rst-while-writing", "rst-before-read"])
+def test_reset_by_peer_reaches_connection_lost_without_noise(
+    loop: asyncio.AbstractEventLoop, how: str
+) -> None:
+    """SO_LINGER 0 makes close() send RST: the writer sees ECONNRESET/EPIPE."""
+    contexts: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda lp, ctx: contexts.append(ctx))
+
+    class Writer(Recorder):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            if how == "rst-while-writing":
+                loop.call_soon(self.flood)
+
+        def flood(self) -> None:
+            if self.transport.is_closing():
+                return
+            self.transport.write(b"f" * 65536)
+            loop.call_later(0.001, self.flood)
+
+    async def main() -> None:
+        writers: list[Writer] = []
+
+        def factory() -> Writer:
+            writers.append(Writer(loop))
+            return writers[-1]
+
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        peer = socket.create_connection(("127.0.0.1", port))
+        try:
+            while not writers:
+                await asyncio.sleep(0.001)
+            writer = writers[0]
+            await writer.made
+            if how == "rst-before-read":
+                peer.send(b"unread")  # data the server never sees...
+            await asyncio.sleep(0.05)
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            peer.close()  # ...and an RST
+        with captured_asyncio_logs() as records:
+            if how == "rst-before-read":
+                writers[0].transport.write(b"x")  # may hit EPIPE or ECONNRESET
+            exc = await asyncio.wait_for(writers[0].lost, 5)
+            await asyncio.sleep(0.01)
+        assert isinstance(exc, (ConnectionResetError, BrokenPipeError)), exc
+        assert writers[0].lost_calls == 1
+        noisy = [r for r in records if r.levelno >= logging.WARNING]
+        assert noisy == []
+        assert contexts == []
+        await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_protocol_error_goes_to_exception_handler(loop: asyncio.AbstractEventLoop) -> None:
+    contexts: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda lp, ctx: contexts.append(ctx))
+
+    class Failing(Recorder):
+        def data_received(self, data: bytes) -> None:
+            raise ZeroDivisionError("boom")
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Failing(loop))
+        transport.write(b"x")
+        exc = await client.lost
+        assert isinstance(exc, ZeroDivisionError)
+        await close_server(server)
+
+    loop.run_until_complete(main())
+    assert len(contexts) == 1
+    ctx = contexts[0]
+    assert ctx["message"] == "Fatal error: protocol.data_received() call failed."
+    assert isinstance(ctx["exception"], ZeroDivisionError)
+    assert "transport" in ctx and "protocol" in ctx
+
+
+def test_pause_writing_error_goes_to_exception_handler(loop: asyncio.AbstractEventLoop) -> None:
+    contexts: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda lp, ctx: contexts.append(ctx))
+
+    class BadPause(Recorder):
+        def pause_writing(self) -> None:
+            raise ValueError("pause")
+
+    async def main() -> None:
+        server, transport, client = await tcp_pair(loop, Echo, lambda: BadPause(loop))
+        transport.pause_reading()
+        transport.write(b"p" * 16 * 1024 * 1024)
+        transport.abort()
+        await client.lost
+        await close_server(server)
+
+    loop.run_until_complete(main())
+    assert [c["message"] for c in contexts] == ["protocol.pause_writing() failed"]
+
+
+def test_unix_stream_transport(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    path = str(tmp_path / "echo.sock")
+    payload = b"u" * 300000
+
+    async def main() -> None:
+        server = await loop.create_unix_server(Echo, path)
+        transport, client = await loop.create_unix_connection(lambda: Recorder(loop), path)
+        try:
+            sock = transport.get_extra_info("socket")
+            assert sock.family == socket.AF_UNIX
+            assert transport.get_extra_info("peername") == path
+            transport.write(payload)
+            assert await client.wait_for_bytes(len(payload)) == payload
+            transport.write_eof()
+            await client.eof
+        finally:
+            transport.close()
+            await client.lost
+            await close_server(server)
+
+    loop.run_until_complete(main())
+
+
+def test_unclosed_transport_warns(loop: asyncio.AbstractEventLoop) -> None:
+    import gc
+    import warnings
+
+    a, b = socket.socketpair()
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        # While it polls, the loop holds it; paused, nothing does.
+        transport.pause_reading()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del transport
+            gc.collect()
+        assert any("unclosed transport" in str(w.message) for w in caught)
+        assert a.fileno() == -1  # the warning closed the socket
+
+    with b:
+        loop.run_until_complete(main())

@@ -1,0 +1,146 @@
+"""Helpers shared by the test_net_* modules (this module has no tests).
+
+Everything here works on any asyncio loop: the tests that use it run on the
+stdlib loop and on tideloop alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+
+def has_ipv6() -> bool:
+    """Whether ::1 can be bound here (skip IPv6 tests only if not)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nonblocking_pair() -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    return a, b
+
+
+class Recorder(asyncio.Protocol):
+    """Records every callback; futures for connection_made/eof/lost."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, keep_open_on_eof: bool = False) -> None:
+        self.loop = loop
+        self.transport: Any = None
+        self.events: list[str] = []
+        self.data = bytearray()
+        self.keep_open_on_eof = keep_open_on_eof
+        self.made: asyncio.Future[None] = loop.create_future()
+        self.eof: asyncio.Future[None] = loop.create_future()
+        self.lost: asyncio.Future[BaseException | None] = loop.create_future()
+        self.lost_calls = 0
+        self.paused = 0
+        self.resumed = 0
+        self._want = 0
+        self._enough: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.events.append("made")
+        self.transport = transport
+        self.made.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        assert isinstance(data, bytes)
+        if not self.events or self.events[-1] != "data":
+            self.events.append("data")
+        self.data += data
+        self._check()
+
+    def eof_received(self) -> bool:
+        self.events.append("eof")
+        self.eof.set_result(None)
+        return self.keep_open_on_eof
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.events.append("lost")
+        self.lost_calls += 1
+        if not self.lost.done():
+            self.lost.set_result(exc)
+        if self._enough is not None and not self._enough.done():
+            self._enough.set_exception(ConnectionError("lost before enough data"))
+
+    def pause_writing(self) -> None:
+        self.paused += 1
+        self.events.append("pause")
+
+    def resume_writing(self) -> None:
+        self.resumed += 1
+        self.events.append("resume")
+
+    def _check(self) -> None:
+        if self._enough is not None and len(self.data) >= self._want:
+            if not self._enough.done():
+                self._enough.set_result(None)
+            self._enough = None
+
+    async def wait_for_bytes(self, n: int) -> bytes:
+        if len(self.data) < n:
+            self._want = n
+            self._enough = self.loop.create_future()
+            await self._enough
+        return bytes(self.data)
+
+
+class Echo(asyncio.Protocol):
+    """Writes back what it receives; closes on EOF."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+@contextlib.contextmanager
+def captured_asyncio_logs() -> Iterator[list[logging.LogRecord]]:
+    """Every record logged to the ``asyncio`` logger inside the block."""
+    records: list[logging.LogRecord] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("asyncio")
+    handler = Handler(logging.DEBUG)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
+    """True if fd has neither reader nor writer (remove_* reports what it removed)."""
+    return not loop.remove_reader(fd) and not loop.remove_writer(fd)
+
+
+async def close_server(server: asyncio.AbstractServer) -> None:
+    server.close()
+    await server.wait_closed()
