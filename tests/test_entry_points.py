@@ -248,3 +248,40 @@ def test_loop_is_an_abstract_event_loop() -> None:
         assert os.path.basename(tideloop.__file__) == "__init__.py"
     finally:
         loop.close()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14 removed child watchers")
+def test_policy_has_the_child_watcher_api(restore_policy: None) -> None:
+    tideloop.install()
+    policy = asyncio.get_event_loop_policy()
+    # It is asyncio's own Unix default policy, with tideloop loops.
+    assert isinstance(policy, asyncio.DefaultEventLoopPolicy)
+    watcher = asyncio.ThreadedChildWatcher()  # type: ignore[attr-defined,unused-ignore]
+    if sys.version_info >= (3, 12):
+        with pytest.warns(DeprecationWarning):
+            asyncio.set_child_watcher(watcher)  # type: ignore[attr-defined,unused-ignore]
+        with pytest.warns(DeprecationWarning):
+            assert asyncio.get_child_watcher() is watcher  # type: ignore[attr-defined,unused-ignore]
+    else:
+        asyncio.set_child_watcher(watcher)
+        assert asyncio.get_child_watcher() is watcher
+
+
+def test_running_loop_functions_are_looked_up_at_call_time() -> None:
+    """Code (and CPython's tests) may swap asyncio.events' running-loop functions."""
+    events = asyncio.events
+    saved = (events._set_running_loop, events._get_running_loop, events.get_running_loop)
+    events._set_running_loop = events._py__set_running_loop  # type: ignore[attr-defined]
+    events._get_running_loop = events._py__get_running_loop  # type: ignore[attr-defined]
+    events.get_running_loop = events._py_get_running_loop  # type: ignore[attr-defined]
+    loop = tideloop.new_event_loop()
+    try:
+
+        async def main() -> object:
+            return events.get_running_loop()
+
+        assert loop.run_until_complete(main()) is loop
+        assert events._get_running_loop() is None
+    finally:
+        loop.close()
+        events._set_running_loop, events._get_running_loop, events.get_running_loop = saved

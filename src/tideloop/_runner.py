@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ._loop import new_event_loop
 
@@ -36,13 +37,25 @@ def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
         return runner.run(main)
 
 
+def _policy_base() -> type[Any]:
+    # On Unix, asyncio's own default policy: before 3.14 it also carries the
+    # child watcher API (get/set_child_watcher) that subprocess code and
+    # CPython's tests call through the policy. Taken from its module, not
+    # from asyncio.DefaultEventLoopPolicy, which code may have replaced.
+    unix_events = sys.modules.get("asyncio.unix_events")
+    base = getattr(unix_events, "_UnixDefaultEventLoopPolicy", None)
+    if base is None:
+        base = getattr(asyncio.events, "_BaseDefaultEventLoopPolicy", None)
+    if base is None:
+        base = asyncio.events.BaseDefaultEventLoopPolicy
+    return cast(type[Any], base)
+
+
 def policy_class() -> type[Any]:
     """The ``EventLoopPolicy`` class whose loops are tideloop loops."""
     global _policy_class
     if _policy_class is None:
-        base = getattr(asyncio.events, "_BaseDefaultEventLoopPolicy", None)
-        if base is None:
-            base = asyncio.events.BaseDefaultEventLoopPolicy
+        base = _policy_base()
 
         class EventLoopPolicy(base):  # type: ignore[misc,valid-type]
             """asyncio event loop policy creating `tideloop.Loop` instances."""

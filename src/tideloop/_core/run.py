@@ -72,9 +72,6 @@ _CREATE_TASK_KWARGS: Final = bool(
     asyncio.BaseEventLoop.create_task.__code__.co_flags & 0x08  # CO_VARKEYWORDS
 )
 
-_set_running_loop = asyncio.events._set_running_loop
-_get_running_loop = asyncio.events._get_running_loop
-
 
 def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real)
@@ -307,7 +304,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _check_running(self) -> None:
         if self.is_running():
             raise RuntimeError("This event loop is already running")
-        if _get_running_loop() is not None:
+        # Looked up at call time, as asyncio does: code (and CPython's tests)
+        # may swap these functions on asyncio.events after we are imported.
+        if asyncio.events._get_running_loop() is not None:
             raise RuntimeError("Cannot run the event loop while another loop is running")
 
     def _run_forever_setup(self) -> None:
@@ -319,12 +318,12 @@ class CoreLoop(asyncio.AbstractEventLoop):
         sys.set_asyncgen_hooks(
             firstiter=self._asyncgen_firstiter_hook, finalizer=self._asyncgen_finalizer_hook
         )
-        _set_running_loop(self)
+        asyncio.events._set_running_loop(self)
 
     def _run_forever_cleanup(self) -> None:
         self._stopping = False
         self._thread_id = None
-        _set_running_loop(None)
+        asyncio.events._set_running_loop(None)
         self._set_coroutine_origin_tracking(False)
         if self._old_agen_hooks is not None:
             sys.set_asyncgen_hooks(*self._old_agen_hooks)
