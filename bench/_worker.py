@@ -1,0 +1,115 @@
+"""One measured process: runs one workload under one loop, reports JSON on stdout.
+
+    python -m bench._worker '{"kind": "primitive", "workload": "call_soon", "loop": "uvloop",
+                              "n": 100000}'
+    python -m bench._worker '{"kind": "server", "workload": "tcp_echo_protocol",
+                              "loop": "tideloop", "params": {...}, "address": ["127.0.0.1", 0]}'
+
+The harness starts a fresh one for every loop and every repeat, pinned to
+one CPU, so that no loop inherits another's warm caches, heap or sockets.
+
+A primitive runs once for warm-up (n/10) and once measured; the process's
+own CPU time (``os.times``) and wall time around the measured run are
+reported. A server prints ``{"status": "ready", "address": ...}`` once it
+listens and then serves until the harness terminates it; the harness reads
+its CPU time from ``/proc/<pid>/stat``. ``NotImplementedError`` while
+starting (a loop that lacks the feature yet) or a missing required package
+is reported as ``{"status": "unavailable", "reason": ...}``, not a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from bench import loops
+from bench.api import Address, Primitive, Server
+from bench.workloads import get
+
+
+def emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def percentiles_us(latencies_ns: Any) -> dict[str, float]:
+    ordered = sorted(latencies_ns)
+    if not ordered:
+        return {}
+    last = len(ordered) - 1
+
+    def pick(p: float) -> float:
+        return float(ordered[min(last, int(len(ordered) * p / 100.0))]) / 1000.0
+
+    return {"p50_us": pick(50), "p90_us": pick(90), "p99_us": pick(99), "max_us": pick(100)}
+
+
+def run_primitive(workload: Primitive, loop_name: str, n: int) -> None:
+    factory = loops.factory(loop_name)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        try:
+            runner.run(workload.run(max(1, n // 10)))  # warm-up
+        except NotImplementedError as exc:
+            emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip()})
+            return
+        gc.collect()
+        cpu0 = os.times()
+        wall0 = time.perf_counter()
+        sample = runner.run(workload.run(n))
+        wall1 = time.perf_counter()
+        cpu1 = os.times()
+    result: dict[str, Any] = {
+        "status": "ok",
+        "ops": sample.ops,
+        "seconds": wall1 - wall0,
+        "cpu_user_s": cpu1.user - cpu0.user,
+        "cpu_sys_s": cpu1.system - cpu0.system,
+    }
+    if sample.latencies_ns is not None:
+        result.update(percentiles_us(sample.latencies_ns))
+    emit(result)
+
+
+async def serve(workload: Server, address: Address, params: dict[str, int]) -> None:
+    try:
+        server = await workload.start(address, params)
+    except NotImplementedError as exc:
+        emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip(": ")})
+        return
+    sockets: Any = getattr(server, "sockets", None) or ()
+    if not sockets:
+        raise RuntimeError(f"{workload.name}: the server has no listening socket")
+    bound = sockets[0].getsockname()
+    emit({"status": "ready", "address": bound if isinstance(bound, str) else list(bound[:2])})
+    # Serve until the harness terminates this process.
+    await asyncio.Event().wait()
+
+
+def run_server(workload: Server, loop_name: str, spec: dict[str, Any]) -> None:
+    for module in workload.requires:
+        if importlib.util.find_spec(module) is None:
+            emit({"status": "unavailable", "reason": f"{module} is not installed"})
+            return
+    raw = spec["address"]
+    address: Address = raw if isinstance(raw, str) else (str(raw[0]), int(raw[1]))
+    with asyncio.Runner(loop_factory=loops.factory(loop_name)) as runner:
+        runner.run(serve(workload, address, dict(spec["params"])))
+
+
+def main(argv: list[str]) -> None:
+    spec = json.loads(argv[1])
+    workload = get(spec["workload"])
+    if isinstance(workload, Primitive):
+        run_primitive(workload, spec["loop"], int(spec["n"]))
+    else:
+        run_server(workload, spec["loop"], spec)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,95 @@
+"""The workload interface: what one workload module declares.
+
+A workload is one module in ``bench/workloads/`` that defines a module-level
+``WORKLOAD``, an instance of one of the two classes below. Adding a workload
+(UDP ping-pong, TLS echo, ...) means adding one such file; the harness finds
+it by name, runs it under every loop, and reports it.
+
+- `Primitive`: an ``async def run(n) -> Sample`` that exercises the loop
+  in-process (callbacks, timers, tasks). The harness times it in a fresh
+  worker process per loop and repeat, pinned to one CPU.
+- `Server`: an ``async def start(address, params) -> asyncio.AbstractServer``
+  that starts a server on the running loop. The harness runs it in a fresh
+  process per loop and repeat, pinned to one CPU, and drives it from the
+  other CPU with a compiled load generator: ``client="echo"`` is
+  ``bench/clients/echo_client.c`` (params ``size`` and ``conns``),
+  ``client="http"`` is ``wrk`` (param ``conns``).
+
+Workload modules import only asyncio, the stdlib, this module and the
+packages they name in ``requires``: they must run unchanged on every loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Address", "Params", "Primitive", "Sample", "Server", "case_label"]
+
+#: Parameters of one case of a server workload, e.g. ``{"size": 1024, "conns": 10}``.
+Params = Mapping[str, int]
+#: Where a server listens: ``(host, port)`` for TCP, a filesystem path for Unix sockets.
+Address = tuple[str, int] | str
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What a primitive's ``run`` returns: operations done, optional per-op latencies (ns)."""
+
+    ops: int
+    latencies_ns: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """An in-process workload: ``run(n)`` does about *n* operations and reports them."""
+
+    name: str
+    title: str
+    unit: str  # what one op is, for the table header: "callbacks", "timers", ...
+    run: Callable[[int], Coroutine[Any, Any, Sample]]
+    quick_n: int
+    full_n: int
+    kind: Literal["primitive"] = field(default="primitive", init=False)
+
+    def cases(self, quick: bool) -> list[dict[str, int]]:
+        return [{"n": self.quick_n if quick else self.full_n}]
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server workload, driven over loopback by a compiled client on another CPU."""
+
+    name: str
+    title: str
+    client: Literal["echo", "http"]
+    family: Literal["tcp", "unix"]
+    start: Callable[[Address, Params], Coroutine[Any, Any, asyncio.AbstractServer]]
+    full: Sequence[Params]
+    quick: Sequence[Params]
+    requires: Sequence[str] = ()  # importable modules the server needs, e.g. "aiohttp"
+    kind: Literal["server"] = field(default="server", init=False)
+
+    @property
+    def unit(self) -> str:
+        return "msgs" if self.client == "echo" else "reqs"
+
+    def cases(self, quick: bool) -> list[dict[str, int]]:
+        return [dict(p) for p in (self.quick if quick else self.full)]
+
+
+def _size(n: int) -> str:
+    return f"{n // 1024}KiB" if n % 1024 == 0 else f"{n}B"
+
+
+def case_label(params: Mapping[str, int]) -> str:
+    """A short human label for a case's parameters: ``1KiB x10``, ``x100``, ``n=100000``."""
+    parts = []
+    if "size" in params:
+        parts.append(_size(params["size"]))
+    if "conns" in params:
+        parts.append(f"x{params['conns']}")
+    parts.extend(f"{k}={v}" for k, v in params.items() if k not in ("size", "conns", "n"))
+    return " ".join(parts)

@@ -1,0 +1,1 @@
+"""Load generators: the compiled echo client and the wrk report script."""

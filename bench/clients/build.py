@@ -1,0 +1,34 @@
+"""Compile the C load generator at run time (gcc), into ``bench/.build/``.
+
+It is rebuilt when its source is newer than the binary; the binary is not
+committed (``bench/.gitignore``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = ["echo_client"]
+
+HERE = Path(__file__).resolve().parent
+BUILD = HERE.parent / ".build"
+
+
+def echo_client() -> Path:
+    """Path of the compiled echo client; raises RuntimeError if it cannot be built."""
+    src = HERE / "echo_client.c"
+    out = BUILD / "echo_client"
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc or cc) found: needed for the echo load generator")
+    BUILD.mkdir(exist_ok=True)
+    cmd = [cc, "-O2", "-Wall", "-o", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compiling the echo client failed:\n{proc.stderr}")
+    return out

@@ -1,0 +1,412 @@
+"""Running one case under one loop, once: processes, pinning, measurement windows.
+
+Every run is a fresh worker process (``bench/_worker.py``) pinned to the
+server CPU. For a server workload the load generator (the compiled echo
+client or ``wrk``) runs pinned to the other CPU, and the measurement window
+is the load generator's, after its warm-up:
+
+- echo client: it prints ``START`` when warm-up ends and ``END`` when
+  measurement ends; the server's CPU time is read from ``/proc/<pid>/stat``
+  at each, so set-up and teardown are outside the window;
+- wrk: a warm-up ``wrk`` run first, then the server's CPU time is read
+  just before the measured ``wrk`` starts and just after it exits.
+
+Saturation is reported, not assumed: ``cpu_pct`` is the server's CPU time
+over wall time in the window (100 = one core fully busy), ``client_cpu_pct``
+the load generator's. A server near 100% with a client well below it is
+server-bound; anything else is flagged in the table.
+
+``other_cpu_pct`` is what everything else on the machine used meanwhile
+(all CPUs' busy time from ``/proc/stat`` minus the measured processes'; it
+includes kernel work not charged to them, such as some softirq time): a run
+with a high value was disturbed.
+
+Each run returns a flat dict (see `finish`); a failure to start a loop's
+server with NotImplementedError is ``status: "unavailable"``, any other
+failure ``status: "error"`` with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.api import Primitive, Server
+from bench.clients import build
+
+__all__ = ["Config", "run_case"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WRK_LUA = Path(__file__).resolve().parent / "clients" / "wrk_report.lua"
+
+
+@dataclass
+class Config:
+    quick: bool
+    repeats: int
+    warmup: float  # seconds of load before measuring (server workloads)
+    duration: float  # seconds measured (server workloads)
+    server_cpu: int | None
+    client_cpu: int | None
+    python: str = sys.executable
+    _echo_client: Path | str | None = field(default=None, repr=False)
+
+    def echo_client(self) -> Path:
+        """The compiled echo client (built on first use); raises RuntimeError if unavailable."""
+        if self._echo_client is None:
+            try:
+                self._echo_client = build.echo_client()
+            except RuntimeError as exc:
+                self._echo_client = str(exc)
+        if isinstance(self._echo_client, str):
+            raise RuntimeError(self._echo_client)
+        return self._echo_client
+
+
+def pin(cpu: int | None) -> list[str]:
+    """Command prefix pinning a process to *cpu* (nothing if pinning is off or impossible)."""
+    if cpu is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(cpu)]
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(ROOT), str(ROOT / "src")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.pop("PYTHONASYNCIODEBUG", None)
+    return env
+
+
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process *pid*, all threads, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # After "pid (comm) ": state is field 3 of proc(5), utime 14, stime 15.
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def machine_busy() -> float:
+    """CPU seconds all CPUs have spent busy since boot (/proc/stat; idle and iowait excluded)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / CLK_TCK
+
+
+def other_load(busy: float, own: float, wall: float) -> float:
+    """CPU % (100 = one core) used by everything but the measured processes during *wall*."""
+    return max(0.0, 100.0 * (busy - own) / wall) if wall > 0 else 0.0
+
+
+class LineReader:
+    """Lines from a child's stdout pipe, with a deadline (no thread, no blocking forever)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.buf = b""
+        self.eof = False
+
+    def readline(self, deadline: float) -> str | None:
+        """The next line, or None at EOF; TimeoutError once *deadline* (monotonic) passes."""
+        while b"\n" not in self.buf:
+            if self.eof:
+                rest, self.buf = self.buf, b""
+                return rest.decode(errors="replace") if rest else None
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise TimeoutError("no output from the process in time")
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            if ready:
+                chunk = os.read(self.fd, 65536)
+                if chunk:
+                    self.buf += chunk
+                else:
+                    self.eof = True
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode(errors="replace")
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a child's stderr: the exception, for a traceback."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def tail(path: Path) -> str:
+    try:
+        return last_line(path.read_text(errors="replace"))
+    except OSError:
+        return ""
+
+
+def finish(
+    ops: int,
+    *,
+    seconds: float,
+    cpu_user: float,
+    cpu_sys: float,
+    cpu_wall: float,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The flat result of a successful run (an error if nothing was done)."""
+    if ops <= 0:
+        return {"status": "error", "reason": "no operation completed in the measurement window"}
+    result: dict[str, Any] = {
+        "status": "ok",
+        "ops": ops,
+        "seconds": round(seconds, 6),
+        "ops_per_s": ops / seconds if seconds > 0 else 0.0,
+        "cpu_user_s": round(cpu_user, 4),
+        "cpu_sys_s": round(cpu_sys, 4),
+        "cpu_pct": 100.0 * (cpu_user + cpu_sys) / cpu_wall if cpu_wall > 0 else 0.0,
+        "cpu_user_us_per_op": 1e6 * cpu_user / ops if ops else None,
+        "cpu_sys_us_per_op": 1e6 * cpu_sys / ops if ops else None,
+    }
+    result.update(extra)
+    return result
+
+
+def run_case(
+    workload: Primitive | Server, params: dict[str, int], loop: str, cfg: Config
+) -> dict[str, Any]:
+    """Run *workload* with *params* under *loop* once; never raises for a failed run."""
+    try:
+        if isinstance(workload, Primitive):
+            return run_primitive(workload, params, loop, cfg)
+        return run_server(workload, params, loop, cfg)
+    except Exception as exc:  # a failed run is a result, not a crash of the suite
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+
+
+def run_primitive(
+    workload: Primitive, params: dict[str, int], loop: str, cfg: Config
+) -> dict[str, Any]:
+    spec = {"kind": "primitive", "workload": workload.name, "loop": loop, "n": params["n"]}
+    cmd = [*pin(cfg.server_cpu), cfg.python, "-m", "bench._worker", json.dumps(spec)]
+    # Children's rusage grows by exactly this worker's once it is reaped.
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0, t0 = machine_busy(), time.monotonic()
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=worker_env(), cwd=ROOT, timeout=600, check=False
+    )
+    busy1, t1 = machine_busy(), time.monotonic()
+    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        why = last_line(proc.stderr) or f"exit {proc.returncode}"
+        return {"status": "error", "reason": why}
+    out = json.loads(lines[-1])
+    if out["status"] != "ok":
+        return dict(out)
+    extra = {k: out[k] for k in ("p50_us", "p90_us", "p99_us", "max_us") if k in out}
+    # Over the worker's whole life (start-up included): a busy machine shows here.
+    extra["other_cpu_pct"] = other_load(busy1 - busy0, own, t1 - t0)
+    return finish(
+        out["ops"],
+        seconds=out["seconds"],
+        cpu_user=out["cpu_user_s"],
+        cpu_sys=out["cpu_sys_s"],
+        cpu_wall=out["seconds"],
+        extra=extra,
+    )
+
+
+def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config) -> dict[str, Any]:
+    if workload.client == "http" and shutil.which("wrk") is None:
+        return {"status": "unavailable", "reason": "wrk is not installed (apt-get install wrk)"}
+    client = cfg.echo_client() if workload.client == "echo" else None
+    with tempfile.TemporaryDirectory(prefix="tideloop-bench-") as tmp:
+        address: Any = str(Path(tmp) / "s.sock") if workload.family == "unix" else ["127.0.0.1", 0]
+        spec = {
+            "kind": "server",
+            "workload": workload.name,
+            "loop": loop,
+            "params": params,
+            "address": address,
+        }
+        errlog = Path(tmp) / "server.err"
+        cmd = [*pin(cfg.server_cpu), cfg.python, "-m", "bench._worker", json.dumps(spec)]
+        with open(errlog, "wb") as err:
+            server = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, env=worker_env(), cwd=ROOT
+            )
+        try:
+            line = LineReader(server).readline(time.monotonic() + 60)
+            if line is None:
+                server.wait()
+                why = tail(errlog) or f"exit {server.returncode}"
+                return {"status": "error", "reason": f"server did not start: {why}"}
+            status = json.loads(line)
+            if status["status"] != "ready":
+                return dict(status)
+            bound = status["address"]
+            if client is not None:
+                result = drive_echo(client, bound, params, server.pid, cfg)
+            else:
+                result = drive_wrk(bound, params, server.pid, cfg)
+            if server.poll() is not None:
+                why = tail(errlog) or f"exit {server.returncode}"
+                return {"status": "error", "reason": f"server died: {why}"}
+            return result
+        finally:
+            stop(server)
+
+
+def drive_echo(
+    client: Path, bound: Any, params: dict[str, int], server_pid: int, cfg: Config
+) -> dict[str, Any]:
+    target = ["unix", bound] if isinstance(bound, str) else ["tcp", bound[0], str(bound[1])]
+    cmd = [
+        *pin(cfg.client_cpu),
+        str(client),
+        *target,
+        str(params["conns"]),
+        str(params["size"]),
+        str(cfg.warmup),
+        str(cfg.duration),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        reader = LineReader(proc)
+        deadline = time.monotonic() + cfg.warmup + cfg.duration + 60
+        marks: dict[str, tuple[float, float, float, float]] = {}
+        result_line = None
+        while (line := reader.readline(deadline)) is not None:
+            if line in ("START", "END"):
+                user, system = proc_cpu(server_pid)
+                marks[line] = (time.monotonic(), user, system, machine_busy())
+            elif line.startswith("{"):
+                result_line = line
+                break
+        proc.wait(timeout=30)
+        if result_line is None or "START" not in marks or "END" not in marks:
+            assert proc.stderr is not None
+            why = last_line(proc.stderr.read().decode(errors="replace"))
+            return {"status": "error", "reason": f"echo client failed: {why or proc.returncode}"}
+    finally:
+        stop(proc)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    out = json.loads(result_line)
+    (t0, u0, s0, b0), (t1, u1, s1, b1) = marks["START"], marks["END"]
+    client_cpu = out["client_user_s"] + out["client_sys_s"]
+    own = (u1 - u0) + (s1 - s0) + client_cpu
+    extra = {
+        "other_cpu_pct": other_load(b1 - b0, own, t1 - t0),
+        "p50_us": out["p50_us"],
+        "p90_us": out["p90_us"],
+        "p99_us": out["p99_us"],
+        "max_us": out["max_us"],
+        "client_cpu_pct": 100.0 * client_cpu / out["seconds"] if out["seconds"] else None,
+        "client": out,
+    }
+    return finish(
+        out["messages"],
+        seconds=out["seconds"],
+        cpu_user=u1 - u0,
+        cpu_sys=s1 - s0,
+        cpu_wall=t1 - t0,
+        extra=extra,
+    )
+
+
+def wrk_cmd(url: str, conns: int, seconds: float, cpu: int | None) -> list[str]:
+    return [
+        *pin(cpu),
+        "wrk",
+        "-t1",
+        f"-c{conns}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(WRK_LUA),
+        url,
+    ]
+
+
+def drive_wrk(bound: Any, params: dict[str, int], server_pid: int, cfg: Config) -> dict[str, Any]:
+    url = f"http://{bound[0]}:{bound[1]}/"
+    conns = params["conns"]
+    warm = subprocess.run(
+        wrk_cmd(url, conns, cfg.warmup, cfg.client_cpu),
+        capture_output=True,
+        text=True,
+        timeout=cfg.warmup + 60,
+        check=False,
+    )
+    if warm.returncode != 0:
+        return {"status": "error", "reason": f"wrk failed: {last_line(warm.stderr)}"}
+    u0, s0 = proc_cpu(server_pid)
+    b0, t0 = machine_busy(), time.monotonic()
+    proc = subprocess.Popen(
+        wrk_cmd(url, conns, cfg.duration, cfg.client_cpu),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    # wait4 gives the client's own CPU time (its rusage) as it is reaped.
+    _, status, usage = os.wait4(proc.pid, 0)
+    b1, t1 = machine_busy(), time.monotonic()
+    u1, s1 = proc_cpu(server_pid)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout = proc.stdout.read().decode(errors="replace")
+    stderr = proc.stderr.read().decode(errors="replace")
+    proc.stdout.close()
+    proc.stderr.close()
+    found = [ln for ln in stdout.splitlines() if ln.startswith("WRK_JSON ")]
+    if proc.returncode != 0 or not found:
+        return {"status": "error", "reason": f"wrk failed: {last_line(stderr or stdout)}"}
+    out = json.loads(found[-1].removeprefix("WRK_JSON "))
+    seconds = out["duration_us"] / 1e6
+    errors = sum(out["errors"].values())
+    if errors:
+        # Errors would make req/s meaningless (e.g. non-2xx answers or resets).
+        return {"status": "error", "reason": f"wrk saw errors: {out['errors']}"}
+    client_cpu = usage.ru_utime + usage.ru_stime
+    own = (u1 - u0) + (s1 - s0) + client_cpu
+    extra = {
+        "other_cpu_pct": other_load(b1 - b0, own, t1 - t0),
+        "p50_us": out["p50_us"],
+        "p90_us": out["p90_us"],
+        "p99_us": out["p99_us"],
+        "max_us": out["max_us"],
+        "client_cpu_pct": 100.0 * client_cpu / seconds,
+        "client": out,
+    }
+    return finish(
+        out["requests"],
+        seconds=seconds,
+        cpu_user=u1 - u0,
+        cpu_sys=s1 - s0,
+        cpu_wall=t1 - t0,
+        extra=extra,
+    )

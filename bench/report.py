@@ -1,0 +1,233 @@
+"""Summaries, the terminal table, the JSON file and the charts.
+
+A case's summary per loop is the median over its repeats of each metric
+(ops/s, latency percentiles, CPU per op, CPU %), plus min/max of ops/s;
+ratios divide medians: ``vs_asyncio`` = loop ops/s / stdlib ops/s, and
+``vs_uvloop`` likewise (above 1 is faster).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DISTURBED_PCT", "SATURATED_PCT", "charts", "summarise", "table", "write_json"]
+
+#: A server below this CPU % was not saturated: the number may be limited elsewhere.
+SATURATED_PCT = 90.0
+#: Other programs using more than this CPU % (100 = a core) during a run disturbed it.
+DISTURBED_PCT = 25.0
+METRICS = (
+    "ops_per_s",
+    "p50_us",
+    "p99_us",
+    "cpu_user_us_per_op",
+    "cpu_sys_us_per_op",
+    "cpu_pct",
+    "client_cpu_pct",
+    "other_cpu_pct",
+)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarise(runs: list[dict[str, Any]], loops: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per-loop summary of one case's runs (each run has a ``loop`` key)."""
+    summary: dict[str, dict[str, Any]] = {}
+    for loop in loops:
+        mine = [r for r in runs if r["loop"] == loop]
+        ok = [r for r in mine if r["status"] == "ok"]
+        if not ok:
+            first = mine[0] if mine else {"status": "skipped", "reason": "not run"}
+            summary[loop] = {"status": first["status"], "reason": first.get("reason", "")}
+            continue
+        entry: dict[str, Any] = {"status": "ok", "repeats": len(ok)}
+        for metric in METRICS:
+            entry[metric] = _median([r.get(metric) for r in ok])
+        entry["ops_per_s_min"] = min(r["ops_per_s"] for r in ok)
+        entry["ops_per_s_max"] = max(r["ops_per_s"] for r in ok)
+        if len(ok) < len(mine):
+            entry["failed_repeats"] = len(mine) - len(ok)
+        summary[loop] = entry
+    for base in ("asyncio", "uvloop"):
+        ref = summary.get(base, {}).get("ops_per_s")
+        for entry in summary.values():
+            if entry["status"] == "ok" and ref:
+                entry[f"vs_{base}"] = entry["ops_per_s"] / ref
+    return summary
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}"
+
+
+def _lat(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 10_000:
+        return f"{us / 1000:.0f}ms"
+    if us >= 1000:
+        return f"{us / 1000:.1f}ms"
+    return f"{us:.0f}us" if us >= 10 else f"{us:.1f}us"
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}%"
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
+    """The human-readable results table (one block per case, one row per loop)."""
+    head = (
+        f"{'':2}{'loop':<10}{'ops/s':>12}{'p50':>9}{'p99':>9}"
+        f"{'usr us/op':>11}{'sys us/op':>11}{'srv CPU':>9}{'cli CPU':>9}{'other':>7}"
+        f"{'vs asyncio':>12}{'vs uvloop':>11}"
+    )
+    lines = [head, "-" * len(head)]
+    flagged = disturbed = False
+    for case in cases:
+        lines.append(f"{case['id']}  ({case['unit']}/s)")
+        for loop in loops:
+            s = case["summary"].get(loop)
+            if s is None:
+                continue
+            if s["status"] != "ok":
+                reason = str(s.get("reason", "")).replace("\n", " ")
+                lines.append(f"{'':2}{loop:<10}{s['status']}: {reason[:90]}")
+                continue
+            srv = _pct(s["cpu_pct"])
+            if case["kind"] == "server" and (s["cpu_pct"] or 0) < SATURATED_PCT:
+                srv += "*"
+                flagged = True
+            other = _pct(s["other_cpu_pct"])
+            if (s["other_cpu_pct"] or 0) > DISTURBED_PCT:
+                other += "!"
+                disturbed = True
+            lines.append(
+                f"{'':2}{loop:<10}{_num(s['ops_per_s']):>12}{_lat(s['p50_us']):>9}"
+                f"{_lat(s['p99_us']):>9}{_us(s['cpu_user_us_per_op']):>11}"
+                f"{_us(s['cpu_sys_us_per_op']):>11}{srv:>9}{_pct(s['client_cpu_pct']):>9}"
+                f"{other:>7}"
+                f"{_ratio(s.get('vs_asyncio')):>12}{_ratio(s.get('vs_uvloop')):>11}"
+            )
+    lines.append("")
+    lines.append(
+        "Medians over repeats. srv CPU: server (or primitive worker) CPU time / wall time in the"
+    )
+    lines.append(
+        "measurement window, 100% = one core busy; cli CPU: the load generator's. us/op: CPU"
+    )
+    lines.append(
+        "microseconds per op (user, system). other: CPU used by everything else on the machine"
+    )
+    lines.append(
+        "meanwhile (100% = one core; high = disturbed run). vs X: ops/s ratio to loop X"
+        " (>1 = faster)."
+    )
+    if flagged:
+        lines.append(
+            f"* server below {SATURATED_PCT:.0f}% CPU: not saturated, the number may be limited"
+            " by the client or by other load."
+        )
+    if disturbed:
+        lines.append(
+            f"! other programs used more than {DISTURBED_PCT:.0f}% of a core during the run:"
+            " treat it as noisy."
+        )
+    return "\n".join(lines)
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+
+
+COLOURS = {"asyncio": "#4c72b0", "uvloop": "#dd8452", "tideloop": "#55a868"}
+
+
+def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    """One PNG per workload: ops/s (bars: median, whiskers: min-max) and CPU per op."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    loops: list[str] = doc["config"]["loops"]
+    machine = doc["machine"]
+    footer = (
+        f"{doc['created'][:10]} · {machine['cpu_model']} ({machine['cpus']} CPUs) · "
+        f"Linux {machine['kernel']} · Python {machine['python']}\n{doc['mode']} mode, "
+        f"median of {doc['config']['repeats']} (whiskers: min-max); labels: ratio to asyncio"
+    )
+    by_workload: dict[str, list[dict[str, Any]]] = {}
+    for case in doc["cases"]:
+        by_workload.setdefault(case["workload"], []).append(case)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, cases in by_workload.items():
+        fig, (ax1, ax2) = plt.subplots(
+            2, 1, figsize=(max(8.0, 1.6 * len(cases) + 3), 7), sharex=True
+        )
+        width = 0.8 / len(loops)
+        for i, loop in enumerate(loops):
+            xs, ys, lo, hi, user, system, missing = [], [], [], [], [], [], []
+            ratios: list[float | None] = []
+            for j, case in enumerate(cases):
+                s = case["summary"].get(loop, {})
+                x = j + (i - (len(loops) - 1) / 2) * width
+                if s.get("status") != "ok":
+                    missing.append(x)
+                    continue
+                xs.append(x)
+                ys.append(s["ops_per_s"])
+                ratios.append(s.get("vs_asyncio"))
+                lo.append(s["ops_per_s"] - s["ops_per_s_min"])
+                hi.append(s["ops_per_s_max"] - s["ops_per_s"])
+                user.append(s["cpu_user_us_per_op"] or 0.0)
+                system.append(s["cpu_sys_us_per_op"] or 0.0)
+            colour = COLOURS.get(loop)
+            ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=colour)
+            for x, y, ratio in zip(xs, ys, ratios, strict=True):
+                if ratio is not None and loop != "asyncio":
+                    ax1.text(x, y, f"{ratio:.2f}x", ha="center", va="bottom", fontsize=7)
+            ax2.bar(xs, user, width, color=colour)
+            ax2.bar(xs, system, width, bottom=user, color=colour, alpha=0.45, hatch="//")
+            for x in missing:
+                ax1.text(x, 0, f"{loop}: n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+        unit = cases[0]["unit"]
+        ax1.set_ylabel(f"{unit}/s (higher is better)")
+        ax1.set_title(cases[0]["title"])
+        ax1.legend(
+            handles=[Patch(color=COLOURS.get(loop), label=loop) for loop in loops],
+            loc="best",
+            fontsize=8,
+        )
+        ax1.grid(axis="y", alpha=0.3)
+        ax2.set_ylabel("CPU us per op (user, sys hatched)")
+        ax2.grid(axis="y", alpha=0.3)
+        ax2.set_xlim(-0.5, len(cases) - 0.5)
+        ax2.set_xticks(range(len(cases)))
+        ax2.set_xticklabels([c["label"] or c["workload"] for c in cases], fontsize=8)
+        fig.text(0.01, 0.005, footer, fontsize=7, color="#555555")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

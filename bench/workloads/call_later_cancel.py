@@ -1,0 +1,45 @@
+"""call_later + cancel churn: timeouts that are armed and then cancelled, as in real servers.
+
+Each round arms 1000 timers 10-11 s out, lets the loop run one iteration,
+cancels them all, runs another iteration (the loop drops cancelled timers),
+and fires one short timer, so that the timer queue is exercised both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bench.api import Primitive, Sample
+
+BATCH = 1000
+
+
+def _noop() -> None:
+    pass
+
+
+async def run(n: int) -> Sample:
+    loop = asyncio.get_running_loop()
+    call_later = loop.call_later
+    delays = [10.0 + i * 1e-3 for i in range(BATCH)]
+    rounds = max(1, n // BATCH)
+    for _ in range(rounds):
+        handles = [call_later(d, _noop) for d in delays]
+        await asyncio.sleep(0)
+        for h in handles:
+            h.cancel()
+        await asyncio.sleep(0)
+        fut = loop.create_future()
+        call_later(0.0, fut.set_result, None)
+        await fut
+    return Sample(rounds * (BATCH + 1))
+
+
+WORKLOAD = Primitive(
+    name="call_later_cancel",
+    title="call_later + cancel churn (1000 timers armed, then cancelled)",
+    unit="timers",
+    run=run,
+    quick_n=100_000,
+    full_n=1_000_000,
+)
