@@ -41,12 +41,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 from tideloop._core.clock import Clock
 from tideloop._pollers import Poller
 
 from .registry import FdLoop
+
+_R = TypeVar("_R")
 
 try:
     import ssl as _ssl
@@ -128,73 +131,27 @@ class SockLoop(FdLoop):
         fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle))
 
     # ------------------------------------------------------------------
-    # Receiving
+    # Single-syscall operations: try the syscall at once; if it would block,
+    # retry it from one reader (writer) callback until it completes or the
+    # future is cancelled.
 
-    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
-        self._check_sock(sock)
-        try:
-            return sock.recv(n)
-        except (BlockingIOError, InterruptedError):
-            pass
-        fut: asyncio.Future[bytes] = self.create_future()
-        self._wait_readable(fut, sock, self._sock_recv, n)
+    async def _sock_read_later(self, sock: socket.socket, op: Callable[..., _R], *args: Any) -> _R:
+        fut: asyncio.Future[_R] = self.create_future()
+        self._wait_readable(fut, sock, self._sock_retry, op, *args)
         return await fut
 
-    def _sock_recv(self, fut: asyncio.Future[bytes], sock: socket.socket, n: int) -> None:
-        if fut.done():
-            return
-        try:
-            data = sock.recv(n)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(data)
-
-    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
-        self._check_sock(sock)
-        try:
-            return sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            pass
-        fut: asyncio.Future[int] = self.create_future()
-        self._wait_readable(fut, sock, self._sock_recv_into, buf)
+    async def _sock_write_later(self, sock: socket.socket, op: Callable[..., _R], *args: Any) -> _R:
+        fut: asyncio.Future[_R] = self.create_future()
+        self._wait_writable(fut, sock, self._sock_retry, op, *args)
         return await fut
 
-    def _sock_recv_into(self, fut: asyncio.Future[int], sock: socket.socket, buf: Any) -> None:
-        if fut.done():
-            return
-        try:
-            n = sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(n)
-
-    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _Address]:
-        self._check_sock(sock)
-        try:
-            return sock.recvfrom(bufsize)
-        except (BlockingIOError, InterruptedError):
-            pass
-        fut: asyncio.Future[tuple[bytes, _Address]] = self.create_future()
-        self._wait_readable(fut, sock, self._sock_recvfrom, bufsize)
-        return await fut
-
-    def _sock_recvfrom(
-        self, fut: asyncio.Future[tuple[bytes, _Address]], sock: socket.socket, bufsize: int
+    def _sock_retry(
+        self, fut: asyncio.Future[_R], sock: socket.socket, op: Callable[..., _R], *args: Any
     ) -> None:
         if fut.done():
             return
         try:
-            result = sock.recvfrom(bufsize)
+            result = op(sock, *args)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -203,6 +160,30 @@ class SockLoop(FdLoop):
             fut.set_exception(exc)
         else:
             fut.set_result(result)
+
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
+        self._check_sock(sock)
+        try:
+            return sock.recv(n)
+        except (BlockingIOError, InterruptedError):
+            pass
+        return await self._sock_read_later(sock, socket.socket.recv, n)
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        self._check_sock(sock)
+        try:
+            return sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            pass
+        return await self._sock_read_later(sock, socket.socket.recv_into, buf)
+
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _Address]:
+        self._check_sock(sock)
+        try:
+            return sock.recvfrom(bufsize)
+        except (BlockingIOError, InterruptedError):
+            pass
+        return await self._sock_read_later(sock, socket.socket.recvfrom, bufsize)
 
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: Any, nbytes: int = 0
@@ -214,29 +195,7 @@ class SockLoop(FdLoop):
             return sock.recvfrom_into(buf, nbytes)
         except (BlockingIOError, InterruptedError):
             pass
-        fut: asyncio.Future[tuple[int, _Address]] = self.create_future()
-        self._wait_readable(fut, sock, self._sock_recvfrom_into, buf, nbytes)
-        return await fut
-
-    def _sock_recvfrom_into(
-        self,
-        fut: asyncio.Future[tuple[int, _Address]],
-        sock: socket.socket,
-        buf: Any,
-        nbytes: int,
-    ) -> None:
-        if fut.done():
-            return
-        try:
-            result = sock.recvfrom_into(buf, nbytes)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
+        return await self._sock_read_later(sock, socket.socket.recvfrom_into, buf, nbytes)
 
     # ------------------------------------------------------------------
     # Sending
@@ -278,25 +237,7 @@ class SockLoop(FdLoop):
             return sock.sendto(data, address)
         except (BlockingIOError, InterruptedError):
             pass
-        fut: asyncio.Future[int] = self.create_future()
-        self._wait_writable(fut, sock, self._sock_sendto, data, address)
-        return await fut
-
-    def _sock_sendto(
-        self, fut: asyncio.Future[int], sock: socket.socket, data: Any, address: _Address
-    ) -> None:
-        if fut.done():
-            return
-        try:
-            n = sock.sendto(data, 0, address)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(n)
+        return await self._sock_write_later(sock, socket.socket.sendto, data, address)
 
     # ------------------------------------------------------------------
     # Connecting and accepting
