@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from test_net_support import Recorder, close_server, no_reader_or_writer
+from test_net_support import Recorder, close_server, no_reader_or_writer, recording_factory
 
 DATA = bytes(range(256)) * 4096 + b"tail"  # ~1 MiB: more than one socket buffer
 
@@ -27,11 +27,7 @@ async def sink_and_socket(
     loop: asyncio.AbstractEventLoop,
 ) -> tuple[asyncio.AbstractServer, socket.socket, list[Recorder]]:
     """A server collecting bytes, and a connected non-blocking client socket."""
-    protos: list[Recorder] = []
-
-    def factory() -> Recorder:
-        protos.append(Recorder(loop))
-        return protos[-1]
+    factory, protos = recording_factory(loop)
 
     server = await loop.create_server(factory, "127.0.0.1", 0)
     sock = socket.socket()
@@ -174,11 +170,7 @@ def test_sock_sendfile_cancelled_leaves_no_writer(
 async def transport_pair(
     loop: asyncio.AbstractEventLoop,
 ) -> tuple[asyncio.AbstractServer, asyncio.Transport, Recorder, list[Recorder]]:
-    protos: list[Recorder] = []
-
-    def factory() -> Recorder:
-        protos.append(Recorder(loop))
-        return protos[-1]
+    factory, protos = recording_factory(loop)
 
     server = await loop.create_server(factory, "127.0.0.1", 0)
     transport, client = await loop.create_connection(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_net_support import Echo, Recorder, close_server, has_ipv6
+from test_net_support import Echo, Recorder, close_server, has_ipv6, recording_factory
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
@@ -45,11 +45,7 @@ def test_server_object(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_start_serving_false(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        protos: list[Recorder] = []
-
-        def factory() -> Recorder:
-            protos.append(Recorder(loop))
-            return protos[-1]
+        factory, protos = recording_factory(loop)
 
         server = await loop.create_server(factory, "127.0.0.1", 0, start_serving=False)
         assert not server.is_serving()
@@ -381,11 +377,7 @@ def test_accepts_a_burst(loop: asyncio.AbstractEventLoop) -> None:
     """Many connections queued before the loop looks: all accepted."""
 
     async def main() -> None:
-        accepted: list[Recorder] = []
-
-        def factory() -> Recorder:
-            accepted.append(Recorder(loop))
-            return accepted[-1]
+        factory, accepted = recording_factory(loop)
 
         server = await loop.create_server(factory, "127.0.0.1", 0, backlog=200)
         socks = []

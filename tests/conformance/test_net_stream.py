@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_net_support import Echo, Recorder, captured_asyncio_logs, close_server
+from test_net_support import Echo, Recorder, captured_asyncio_logs, close_server, recording_factory
 
 SIZES = [1, 1024, 65536, 1024 * 1024, 10 * 1024 * 1024]
 
@@ -78,11 +78,7 @@ def test_transport_is_an_asyncio_transport(loop: asyncio.AbstractEventLoop) -> N
 
 def test_server_side_transport_extra_info(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server_protos: list[Recorder] = []
-
-        def factory() -> Recorder:
-            server_protos.append(Recorder(loop))
-            return server_protos[-1]
+        factory, server_protos = recording_factory(loop)
 
         server, transport, client = await tcp_pair(loop, factory, lambda: Recorder(loop))
         try:
@@ -412,11 +408,7 @@ def test_half_open_client_keeps_writing_after_eof(loop: asyncio.AbstractEventLoo
 
 def test_eof_received_false_closes(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        closer_protocols: list[Recorder] = []
-
-        def factory() -> Recorder:
-            closer_protocols.append(Recorder(loop))
-            return closer_protocols[-1]
+        factory, closer_protocols = recording_factory(loop)
 
         server, transport, client = await tcp_pair(loop, factory, lambda: Recorder(loop))
         transport.write_eof()

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -103,6 +103,19 @@ class Recorder(asyncio.Protocol):
             self._enough = self.loop.create_future()
             await self._enough
         return bytes(self.data)
+
+
+def recording_factory(
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[Callable[[], Recorder], list[Recorder]]:
+    """A protocol factory for servers, and the list of every Recorder it made."""
+    made: list[Recorder] = []
+
+    def factory() -> Recorder:
+        made.append(Recorder(loop))
+        return made[-1]
+
+    return factory, made
 
 
 class Echo(asyncio.Protocol):
