@@ -365,3 +365,33 @@ def test_recv_error_propagates(loop: asyncio.AbstractEventLoop) -> None:
         sock.setblocking(False)
         with pytest.raises(OSError):
             loop.run_until_complete(loop.sock_recv(sock, 10))  # not connected
+
+
+class _CountingSocket(socket.socket):
+    """A socket subclass whose recv records each call, as wrappers do."""
+
+    calls: list[str]
+
+    def recv(self, n: int, flags: int = 0) -> bytes:
+        self.calls.append("recv")
+        return super().recv(n, flags)
+
+
+def test_retry_calls_the_objects_own_methods(loop: asyncio.AbstractEventLoop) -> None:
+    # asyncio calls sock.recv() on whatever object it was given,
+    # also when retrying after the fd became ready; so must tideloop.
+    a, b = socket.socketpair()
+    with b, _CountingSocket(fileno=a.detach()) as wrapped:
+        wrapped.calls = []
+        wrapped.setblocking(False)
+        b.setblocking(False)
+
+        async def main() -> bytes:
+            recv = asyncio.ensure_future(loop.sock_recv(wrapped, 100))
+            await asyncio.sleep(0.01)  # first attempt would block
+            b.send(b"late")
+            return await recv
+
+        assert loop.run_until_complete(main()) == b"late"
+        assert wrapped.calls == ["recv", "recv"]
+        assert no_reader_or_writer(loop, wrapped.fileno())

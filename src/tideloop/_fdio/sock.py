@@ -151,7 +151,10 @@ class SockLoop(FdLoop):
         if fut.done():
             return
         try:
-            result = op(sock, *args)
+            # Call the method by name on the object rather than the unbound
+            # socket.socket method: asyncio accepts socket-like objects
+            # (subclasses, test doubles) and calls their own methods.
+            result = getattr(sock, op.__name__)(*args)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
