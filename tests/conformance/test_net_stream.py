@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import logging
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +29,31 @@ async def tcp_pair(
     return server, transport, protocol
 
 
+@contextlib.asynccontextmanager
+async def tcp_session(
+    loop: asyncio.AbstractEventLoop,
+    server_factory: Callable[[], asyncio.BaseProtocol],
+    client_factory: Callable[[], asyncio.BaseProtocol],
+) -> AsyncIterator[tuple[asyncio.Transport, Any]]:
+    """A client transport and protocol connected to a fresh server; afterwards the
+    transport is closed, its connection_lost awaited and the server closed."""
+    server, transport, client = await tcp_pair(loop, server_factory, client_factory)
+    try:
+        yield transport, client
+    finally:
+        transport.close()
+        await client.lost
+        await close_server(server)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_echo(loop: asyncio.AbstractEventLoop, size: int) -> None:
     payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
 
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             transport.write(payload)
             assert await client.wait_for_bytes(size) == payload
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
@@ -100,18 +113,13 @@ def test_server_side_transport_extra_info(loop: asyncio.AbstractEventLoop) -> No
 
 def test_writelines(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             parts: list[Any] = [b"a", bytearray(b"bc"), memoryview(b"def"), b"", b"g" * 100000]
             transport.writelines(parts)
             transport.writelines(iter([b"1", b"2"]))  # any iterable
             transport.writelines([])
             expected = b"abcdef" + b"g" * 100000 + b"12"
             assert await client.wait_for_bytes(len(expected)) == expected
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
@@ -120,16 +128,11 @@ def test_writelines_many_buffers(loop: asyncio.AbstractEventLoop) -> None:
     """More buffers than one sendmsg() takes (IOV_MAX)."""
 
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             parts = [b"%05d" % i for i in range(5000)]
             transport.writelines(parts)
             expected = b"".join(parts)
             assert await client.wait_for_bytes(len(expected)) == expected
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
@@ -138,8 +141,7 @@ def test_write_copies_mutable_buffers(loop: asyncio.AbstractEventLoop) -> None:
     """What was written is what arrives, even if the caller reuses its buffer."""
 
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             transport.pause_reading()  # nobody drains our echo: the buffers fill
             buf = bytearray(b"A" * 1024 * 1024)
             expected = bytearray()
@@ -149,40 +151,26 @@ def test_write_copies_mutable_buffers(loop: asyncio.AbstractEventLoop) -> None:
                 expected += buf
             transport.resume_reading()
             assert await client.wait_for_bytes(len(expected)) == expected
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
 
 def test_write_memoryview_of_wider_items(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             arr = array.array("i", range(1000))
             transport.write(memoryview(arr))
             expected = arr.tobytes()
             assert await client.wait_for_bytes(len(expected)) == expected
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
 
 def test_write_rejects_non_bytes(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, _client):
             with pytest.raises(TypeError, match="data argument must be a bytes-like object"):
                 transport.write("text")  # type: ignore[arg-type]
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
@@ -319,17 +307,12 @@ def test_pause_reading_before_connection_made_runs(loop: asyncio.AbstractEventLo
             transport.pause_reading()  # type: ignore[attr-defined]
 
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: PauseAtOnce(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: PauseAtOnce(loop)) as (transport, client):
             transport.write(b"data")
             await asyncio.sleep(0.05)
             assert client.data == b""
             transport.resume_reading()
             assert await client.wait_for_bytes(4) == b"data"
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
@@ -574,8 +557,7 @@ def test_slow_reader_pauses_writer_and_memory_stays_bounded(
 
 def test_write_buffer_limits(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, _client):
             transport.set_write_buffer_limits(high=100)
             assert transport.get_write_buffer_limits() == (25, 100)
             transport.set_write_buffer_limits(low=10)
@@ -587,10 +569,6 @@ def test_write_buffer_limits(loop: asyncio.AbstractEventLoop) -> None:
             with pytest.raises(ValueError):
                 transport.set_write_buffer_limits(high=-1)
             assert transport.get_write_buffer_limits() == (0, 50)
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 

@@ -17,6 +17,15 @@ async def all_handlers_done() -> None:
     _running.clear()
 
 
+async def close_streams(writer: asyncio.StreamWriter, server: asyncio.Server) -> None:
+    """Close the client side, then the server, then wait for every handler."""
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+    await all_handlers_done()
+
+
 async def echo_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     task = asyncio.current_task()
     assert task is not None
@@ -48,11 +57,7 @@ def test_open_connection_and_start_server(loop: asyncio.AbstractEventLoop) -> No
         writer.write_eof()
         assert await reader.read() == b""
         assert reader.at_eof()
-        writer.close()
-        await writer.wait_closed()
-        server.close()
-        await server.wait_closed()
-        await all_handlers_done()
+        await close_streams(writer, server)
 
     loop.run_until_complete(main())
 
@@ -76,11 +81,7 @@ def test_streams_echo_with_drain(loop: asyncio.AbstractEventLoop, size: int) -> 
         await sender
         assert received == payload
         assert await reader.read() == b""
-        writer.close()
-        await writer.wait_closed()
-        server.close()
-        await server.wait_closed()
-        await all_handlers_done()
+        await close_streams(writer, server)
 
     loop.run_until_complete(main())
 
@@ -97,11 +98,7 @@ def test_incomplete_read(loop: asyncio.AbstractEventLoop) -> None:
         with pytest.raises(asyncio.IncompleteReadError) as excinfo:
             await reader.readexactly(10)
         assert excinfo.value.partial == b"abc"
-        writer.close()
-        await writer.wait_closed()
-        server.close()
-        await server.wait_closed()
-        await all_handlers_done()
+        await close_streams(writer, server)
 
     loop.run_until_complete(main())
 
@@ -115,11 +112,7 @@ def test_unix_streams(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
         writer.writelines([b"un", b"ix\n"])
         await writer.drain()
         assert await reader.readline() == b"unix\n"
-        writer.close()
-        await writer.wait_closed()
-        server.close()
-        await server.wait_closed()
-        await all_handlers_done()
+        await close_streams(writer, server)
 
     loop.run_until_complete(main())
 
