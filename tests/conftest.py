@@ -9,6 +9,24 @@ only, and the registry's own test checks that the stdlib still differs.
 
 After every test: no new fds, no new threads (executor threads get a moment
 to exit), and the `loop` fixture fails a test that leaves tasks pending.
+
+Every loop built through `loop_factory` (the `loop` fixture included) is
+watched, as uvloop's test base watches its loops:
+
+- a call of the loop's exception handler that the test did not expect fails
+  the test. A test expects them by installing its own handler, or by taking
+  the `loop_errors` fixture (the list of contexts reported while no handler
+  of the test's own was installed), or with ``@pytest.mark.loop_errors``;
+- when the loop is closed, no reader or writer may still be registered
+  except the loop's own internal fds (its waker, its signal pipe): a
+  transport, server or pending operation that outlives its test fails it.
+  ``@pytest.mark.leaves_registrations`` exempts a test that leaves one on
+  purpose.
+
+``@pytest.mark.missing_on_tideloop("TLS")`` marks a test of a feature
+tideloop has not built yet: on the stdlib loop it must pass (the evidence
+that the test is right), on tideloop it is a strict expected failure, which
+turns into a failure ("remove the mark") when the feature lands.
 """
 
 from __future__ import annotations
@@ -42,6 +60,27 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "divergence(key): tideloop differs from asyncio here on purpose (divergences.py)"
     )
     config.addinivalue_line("markers", "tideloop_only: exercises a tideloop-only API")
+    config.addinivalue_line(
+        "markers", "loop_errors: the test expects calls of the loop's exception handler"
+    )
+    config.addinivalue_line(
+        "markers", "leaves_registrations: the test closes a loop with fds still registered"
+    )
+    config.addinivalue_line(
+        "markers", "missing_on_tideloop(what): a strict xfail on tideloop until *what* is built"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = item.get_closest_marker("missing_on_tideloop")
+        if marker is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        loop_name = callspec.params.get("loop_name", "") if callspec is not None else ""
+        if str(loop_name).startswith("tideloop"):
+            what = marker.args[0] if marker.args else "this feature"
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"{what}: not built yet"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -58,9 +97,84 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("loop_name", names)
 
 
+def registered_fds(loop: asyncio.AbstractEventLoop) -> set[int]:
+    """fds with a reader or writer registered on *loop*, minus the loop's own."""
+    fds = getattr(loop, "_fds", None)
+    if fds is not None:  # tideloop
+        return set(fds.user_fds())
+    readers = getattr(loop, "_readers", None)
+    if readers is not None:  # tideloop before the fd registry was a component
+        own = {loop._waker.fileno(), loop._sig_rfd}  # type: ignore[attr-defined]
+        return (set(readers) | set(loop._writers)) - own  # type: ignore[attr-defined]
+    selector = getattr(loop, "_selector", None)
+    if selector is None:
+        return set()
+    # The self-pipe is the stdlib loop's only internal registration (its
+    # signal wakeup fd is the self-pipe's other end).
+    ssock = getattr(loop, "_ssock", None)
+    internal = {ssock.fileno()} if ssock is not None else set()
+    return {key.fd for key in selector.get_map().values()} - internal
+
+
+class LoopWatch:
+    """What the loops of one test reported and left behind (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.errors: list[dict[str, Any]] = []
+        self.leftovers: list[str] = []
+        self.errors_expected = False
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+        original_call = loop.call_exception_handler
+        original_close = loop.close
+
+        def call_exception_handler(context: dict[str, Any]) -> None:
+            if loop.get_exception_handler() is None:
+                self.errors.append(context)
+            original_call(context)
+
+        def close() -> None:
+            if not loop.is_closed() and not loop.is_running():
+                left = registered_fds(loop)
+                if left:
+                    self.leftovers.append(f"{loop!r}: fds {sorted(left)} still registered")
+            original_close()
+
+        loop.call_exception_handler = call_exception_handler  # type: ignore[method-assign]
+        loop.close = close  # type: ignore[method-assign]
+        return loop
+
+
 @pytest.fixture
-def loop_factory(loop_name: str) -> LoopFactory:
-    return FACTORIES[loop_name]
+def _loop_watch(request: pytest.FixtureRequest) -> Iterator[LoopWatch]:
+    watch = LoopWatch()
+    watch.errors_expected = request.node.get_closest_marker("loop_errors") is not None
+    yield watch
+    if not watch.errors_expected and watch.errors:
+        lines = [str(ctx.get("message")) + f" ({ctx.get('exception')!r})" for ctx in watch.errors]
+        pytest.fail(
+            "the loop's exception handler was called unexpectedly:\n  " + "\n  ".join(lines),
+            pytrace=False,
+        )
+    if watch.leftovers and request.node.get_closest_marker("leaves_registrations") is None:
+        pytest.fail("\n".join(watch.leftovers), pytrace=False)
+
+
+@pytest.fixture
+def loop_errors(_loop_watch: LoopWatch) -> list[dict[str, Any]]:
+    """The exception-handler contexts of this test's loops; taking it makes them expected."""
+    _loop_watch.errors_expected = True
+    return _loop_watch.errors
+
+
+@pytest.fixture
+def loop_factory(loop_name: str, _loop_watch: LoopWatch) -> LoopFactory:
+    base = FACTORIES[loop_name]
+
+    def factory() -> asyncio.AbstractEventLoop:
+        return _loop_watch.watch(base())
+
+    return factory
 
 
 @pytest.fixture

@@ -188,6 +188,7 @@ def test_debug_handles_record_source_traceback(loop: asyncio.AbstractEventLoop) 
         handle.cancel()
 
 
+@pytest.mark.loop_errors
 def test_debug_exception_log_includes_creation_site(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -17,6 +17,7 @@ def failing_callback() -> None:
     raise ZeroDivisionError("in callback")
 
 
+@pytest.mark.loop_errors
 def test_exception_in_callback_is_logged_and_loop_continues(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -79,6 +80,7 @@ def test_failing_custom_handler_falls_back_to_default(
     assert "context: {'message': 'original'}" in messages[0]
 
 
+@pytest.mark.loop_errors
 def test_default_handler_format(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:
