@@ -3,6 +3,11 @@
 ``asyncio`` is the stdlib's default loop on this platform (on Linux the
 selector loop on epoll), ``uvloop`` is uvloop (optional: the ``bench`` extra),
 ``tideloop`` is this project.
+
+``tideloop@REF`` is tideloop as it was at git revision REF (``python -m bench
+--baseline REF``): its source tree is exported to ``bench/.build/`` and the
+worker imports tideloop from there, so a change is measured against what it
+changes, interleaved in one run.
 """
 
 from __future__ import annotations
@@ -10,12 +15,47 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
+import os
 import platform
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["LOOPS", "factory", "unavailable_reason", "version"]
+__all__ = ["LOOPS", "baseline_name", "export_baseline", "factory", "unavailable_reason", "version"]
 
 LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "tideloop")
+
+#: Where ``tideloop@REF`` is imported from, set by `export_baseline` and
+#: inherited by the worker processes.
+BASELINE_ENV = "TIDELOOP_BENCH_BASELINE"
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def baseline_name(ref: str) -> str:
+    return f"tideloop@{ref}"
+
+
+def export_baseline(ref: str) -> str:
+    """Export tideloop's source at git *ref*; return the loop name that runs it."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short=12", ref],
+        cwd=_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    dest = _ROOT / "bench" / ".build" / f"baseline-{sha}"
+    if not (dest / "tideloop" / "__init__.py").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", sha, "src/tideloop"], cwd=_ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(
+            ["tar", "-x", "--strip-components=1", "-C", str(dest)], input=archive, check=True
+        )
+    os.environ[BASELINE_ENV] = str(dest)
+    return baseline_name(ref)
 
 
 def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -30,6 +70,15 @@ def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         import tideloop
 
         return tideloop.new_event_loop
+    if name.startswith("tideloop@"):
+        path = os.environ[BASELINE_ENV]
+        sys.path.insert(0, path)
+        for mod in [m for m in sys.modules if m == "tideloop" or m.startswith("tideloop.")]:
+            del sys.modules[mod]
+        import tideloop
+
+        assert tideloop.__file__ is not None and tideloop.__file__.startswith(path)
+        return tideloop.new_event_loop
     raise ValueError(f"unknown loop {name!r} (known: {', '.join(LOOPS)})")
 
 
@@ -37,6 +86,8 @@ def unavailable_reason(name: str) -> str | None:
     """None if loop *name* can be imported here, else why not."""
     if name == "asyncio":
         return None
+    if name.startswith("tideloop@"):
+        return None if os.environ.get(BASELINE_ENV) else "no baseline exported"
     if importlib.util.find_spec(name) is None:
         return f"{name} is not installed (pip install -e '.[bench]')"
     return None
@@ -45,6 +96,8 @@ def unavailable_reason(name: str) -> str | None:
 def version(name: str) -> str:
     if name == "asyncio":
         return f"Python {platform.python_version()}"
+    if name.startswith("tideloop@"):
+        return name.partition("@")[2]
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

@@ -111,6 +111,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     p.add_argument("--out", type=Path, help="JSON path (default: bench/results/<date>-<host>.json)")
     p.add_argument("--list", action="store_true", help="list workloads and cases, then exit")
+    p.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run tideloop as of git revision REF (as loop 'tideloop@REF'), interleaved",
+    )
     return p.parse_args(argv)
 
 
@@ -155,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Always in the canonical order: asyncio first, as the baseline.
     wanted = [n for n in loops.LOOPS if not loop_names or n in loop_names]
+    if args.baseline:
+        wanted.append(loops.export_baseline(args.baseline))
     loop_info = {
         n: {"version": loops.version(n), "unavailable": loops.unavailable_reason(n)} for n in wanted
     }
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{background_before}% -> {background_after}%"
     )
 
-    complete = not quick and not patterns and not loop_names
+    complete = not quick and not patterns and not loop_names and not args.baseline
     stem = f"{started:%Y-%m-%d}-{socket.gethostname()}" + ("" if not quick else "-quick")
     out: Path = args.out or (RESULTS if complete else RESULTS / "tmp") / f"{stem}.json"
     report.write_json(out, doc)

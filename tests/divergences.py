@@ -30,8 +30,8 @@ DIVERGENCES: dict[str, Divergence] = {
     "wakeup-fd-restored": Divergence(
         what="When the last signal handler is removed (or the loop closes), the wakeup fd "
         "installed before the loop's own is restored; asyncio resets it to -1.",
-        why="The issue asks for it: a loop used inside a program (or another loop) that "
-        "relies on its own signal.set_wakeup_fd must not silently disable it.",
+        why="A loop used inside a program (or beside another loop) that relies on its own "
+        "signal.set_wakeup_fd must not silently disable it when it stops handling signals.",
     ),
     "equal-deadline-fifo": Divergence(
         what="Timers with the same deadline run in the order they were scheduled.",
@@ -41,8 +41,9 @@ DIVERGENCES: dict[str, Divergence] = {
     ),
     "handle-get-context-3.11": Divergence(
         what="On Python 3.11, handles have get_context() (added to asyncio in 3.12).",
-        why="The issue asks handles to support get_context on every supported Python; "
-        "adding a method cannot break code written for 3.11.",
+        why="Handles look the same on every supported Python (exception handlers and "
+        "instrumentation read a handle's context); adding a method cannot break code "
+        "written for 3.11.",
     ),
     "factory-task-name-3.13.0": Divergence(
         what="On Python 3.13.0, create_task(coro) with a task factory and no name leaves "
@@ -55,9 +56,9 @@ DIVERGENCES: dict[str, Divergence] = {
         "warns and leaves the threads behind, on every Python. asyncio 3.11 has no timeout "
         "argument, and early 3.12 releases (3.12.1 here) wait for the threads first and "
         "apply the timeout only to the final join, so a stuck executor hangs them.",
-        why="The issue asks for shutdown_default_executor(timeout) on every supported "
-        "Python; the bounded wait is what later CPython releases do and what the argument "
-        "is for. An extra optional argument cannot break 3.11 code.",
+        why="A shutdown that hangs on a stuck executor thread is never wanted; the bounded "
+        "wait is what later CPython releases do and what the argument is for. An extra "
+        "optional argument cannot break 3.11 code.",
     ),
     "call-at-rejects-non-numbers": Divergence(
         what="call_at/call_later reject a deadline that is not a real number with TypeError "
@@ -65,15 +66,16 @@ DIVERGENCES: dict[str, Divergence] = {
         why="asyncio's failure happens while pushing onto the heap and can leave a broken "
         "entry behind that breaks every later timer; failing early loses nothing.",
     ),
-    # Networking (issue 3)
+    # Networking
     "accept-out-of-resources": Divergence(
         what="When accept() fails with EMFILE/ENFILE/ENOBUFS/ENOMEM, the server reports it "
         "once, stops polling and retries after ACCEPT_RETRY_DELAY; the retry is cancelled "
         "if the server closes. asyncio keeps looping up to `backlog` times per event, "
         "reporting and scheduling a retry each time (thousands of log entries per second "
         "starved), and its retry re-registers a socket that may be closed by then.",
-        why="The issue asks to stop accepting and retry 'without spinning'; the report, the "
-        "delay and the recovery are asyncio's, only the repetition is gone.",
+        why="A server out of file descriptors must back off without spinning or flooding "
+        "its log; the report, the delay and the recovery are asyncio's, only the "
+        "repetition is gone.",
     ),
     "accept-without-task": Divergence(
         what="An accepted connection's protocol and transport are built in the accept "
@@ -99,15 +101,15 @@ DIVERGENCES: dict[str, Divergence] = {
         what="loop.getaddrinfo() for a literal IP address with a numeric port calls "
         "socket.getaddrinfo inline (with AI_NUMERICHOST|AI_NUMERICSERV, so it cannot "
         "block) instead of in the default executor; the result is the same.",
-        why="The issue asks for no thread hop for literal addresses; asyncio skips "
+        why="A literal address cannot need DNS, so a thread hop buys nothing; asyncio skips "
         "getaddrinfo only on its connect/bind paths, which tideloop does too.",
     ),
     "recv-size-64k": Divergence(
         what="A stream transport reads at most 64 KiB per recv(), so data_received() gets "
         "chunks of at most 64 KiB; asyncio reads up to 256 KiB.",
-        why="Measured on this machine: recv(256 KiB) costs ~14 us per 1 KiB read (glibc "
-        "maps and unmaps the buffer each time) against ~1.3 us for recv(64 KiB), and bulk "
-        "throughput is higher too. TCP never promised chunk boundaries.",
+        why="recv(256 KiB) makes glibc map and unmap the buffer on every read, which costs "
+        "several times the read itself for small messages (bench/: protocol echo), and bulk "
+        "throughput is no better. TCP never promised chunk boundaries.",
     ),
     "sendfile-transport-closed": Divergence(
         what="Closing a transport while loop.sendfile() runs its os.sendfile() path makes "

@@ -95,7 +95,7 @@ def test_run_cancels_leftover_tasks() -> None:
 def test_new_event_loop_poller_choice() -> None:
     loop = tideloop.new_event_loop(poller="poll")
     try:
-        assert loop._poller.name == "poll"
+        assert loop._fds.poller.name == "poll"
     finally:
         loop.close()
     with pytest.raises(ValueError, match="unknown or unavailable poller 'nonsense'"):

@@ -10,7 +10,7 @@ from bench.api import Address, Params
 __all__ = ["ECHO_FULL", "EchoBufferedProtocol", "EchoProtocol", "echo_stream", "serve"]
 
 KIB = 1024
-#: The message sizes and connection counts the issue asks for.
+#: The message sizes and connection counts every echo workload runs.
 ECHO_FULL: list[Params] = [
     {"size": size, "conns": conns} for size in (KIB, 10 * KIB, 100 * KIB) for conns in (10, 100)
 ]

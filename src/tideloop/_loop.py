@@ -1,38 +1,72 @@
-"""Loop: the public event loop class, composed from the layers.
+"""Loop: the public event loop class. It builds the components and owns them.
 
-Layer: top. Each layer is a class that extends the one below it and imports
-only from below:
+Layer: top. ``docs/architecture.md`` is the map; in short:
 
-    CoreLoop       (_core/run.py)          scheduling, run loop, lifecycle, errors,
-                                           debug, threads, executor, async generators
-    FdLoop         (_fdio/registry.py)     fd registry, add_reader/add_writer
-    SockLoop       (_fdio/sock.py)         sock_recv, sock_sendall, sock_connect, ...
-    TransportLoop  (_transports/loop.py)   stream transports, sock_sendfile, sendfile
-    DnsLoop        (_net/dns.py)           getaddrinfo, getnameinfo
-    ConnectLoop    (_net/connect.py)       create_connection (happy eyeballs), Unix
-    NetLoop        (_net/server.py)        create_server, create_unix_server, Server
-    SignalLoop     (_signals.py)           add_signal_handler/remove_signal_handler
-    Loop           (here)                  what users construct
+**Components** are the loop's state, each an object built once here and
+handed to whoever uses it (no component reaches into the Loop):
 
-``class Loop(NetLoop, SignalLoop)``: both branches extend FdLoop, and the
-method resolution order is the list above. Every layer's ``__init__(*,
-poller, clock)`` and ``_close()`` call ``super()``, so each runs once.
-Methods of `asyncio.AbstractEventLoop` not provided by any layer yet (TLS,
-datagram endpoints, pipes, subprocesses) raise NotImplementedError
-(asyncio's default).
+    clock       _core/clock.py        where time comes from (injected: virtual time)
+    fds         _fdio/registry.py     FdRegistry: the poller's interest set, fd -> reader/
+                                      writer handles, fd -> transport; the core's IoSource
+    resolver    _fdio/dns.py          Resolver: literal-address fast path, getaddrinfo
+    signals     _signals.py           SignalWatcher: handlers, the wakeup pipe
+    listeners   _net/server.py        Listeners: accept retries, Unix socket files
+
+**Method groups** are where the public methods live, grouped by topic. Each
+is a class without ``__init__`` and without state of its own; it declares
+the components it uses as annotations and extends `CoreLoop`, or the
+lower-layer groups whose methods it calls. The method resolution order is
+exactly this list (a test checks it):
+
+    Loop                          here: builds the components
+    ServerMethods                 _net/server.py         create_server, create_unix_server
+    ConnectMethods                _net/connect.py        create_connection, create_unix_connection,
+                                                         connect_accepted_socket
+    TransportMethods              _transports/factory.py _make_socket_transport
+    SendfileMethods               _transports/sendfile.py sock_sendfile, sendfile
+    SignalMethods                 _signals.py            add/remove_signal_handler
+    SockMethods                   _fdio/sock.py          sock_recv, sock_sendall, sock_connect, ...
+    DnsMethods                    _fdio/dns.py           getaddrinfo, getnameinfo
+    FdMethods                     _fdio/registry.py      add_reader, remove_reader, ...
+    CoreLoop                      _core/run.py           scheduling, run loop, lifecycle, errors,
+                                                         debug, threads, executor, async generators
+
+`CoreLoop` is the only class besides `Loop` with an ``__init__``. Methods of
+`asyncio.AbstractEventLoop` not provided yet (TLS, datagram endpoints,
+pipes, subprocesses) raise NotImplementedError from asyncio's base class.
 """
 
 from __future__ import annotations
 
-from ._core.clock import Clock
-from ._net import NetLoop
-from ._pollers import Poller
-from ._signals import SignalLoop
+import collections
+
+from ._core.clock import Clock, MonotonicClock
+from ._core.handles import Handle
+from ._core.run import CoreLoop, ReadyQueue
+from ._fdio.dns import DnsMethods, Resolver
+from ._fdio.registry import FdMethods, FdRegistry
+from ._fdio.sock import SockMethods
+from ._net.connect import ConnectMethods
+from ._net.server import Listeners, ServerMethods
+from ._pollers import Poller, make_poller
+from ._signals import SignalMethods, SignalWatcher
+from ._transports.factory import TransportMethods
+from ._transports.sendfile import SendfileMethods
 
 __all__ = ["Loop", "new_event_loop"]
 
 
-class Loop(NetLoop, SignalLoop):
+class Loop(
+    ServerMethods,
+    ConnectMethods,
+    TransportMethods,
+    SendfileMethods,
+    SignalMethods,
+    SockMethods,
+    DnsMethods,
+    FdMethods,
+    CoreLoop,
+):
     """A drop-in `asyncio.AbstractEventLoop`.
 
     *poller* picks the readiness mechanism: ``"epoll"``, ``"kqueue"``,
@@ -42,11 +76,26 @@ class Loop(NetLoop, SignalLoop):
     """
 
     def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
+        ready: ReadyQueue = collections.deque()
+        fds = FdRegistry(make_poller(poller), ready)
+        try:
+            CoreLoop.__init__(
+                self, ready=ready, io=fds, clock=MonotonicClock() if clock is None else clock
+            )
+        except BaseException:
+            fds.close()
+            raise
+        self._fds = fds
+        fds.add_internal_reader(self._waker.fileno(), Handle(self._waker.drain, (), self, None))
+        self._resolver = Resolver(self)
+        self._signals = SignalWatcher(self, fds)
+        self._own(self._signals)
+        self._listeners = Listeners()
+        self._own(self._listeners)
 
 
 def new_event_loop(*, poller: Poller | str | None = None, clock: Clock | None = None) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    # mypy sees the AbstractEventLoop methods no layer provides yet (TLS,
+    # mypy sees the AbstractEventLoop methods not provided yet (TLS,
     # datagram endpoints, pipes, subprocesses) as abstract.
     return Loop(poller=poller, clock=clock)  # type: ignore[abstract]

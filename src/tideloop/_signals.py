@@ -1,6 +1,8 @@
-"""SignalLoop: ``add_signal_handler`` / ``remove_signal_handler`` (Unix).
+"""Signals: the `SignalWatcher` component and ``add_signal_handler`` (Unix).
 
-Layer: signals, above the fd layer (it registers an internal reader).
+Layer: signals, above the fd layer (the watcher registers an internal reader
+with the fd registry it is handed). `SignalMethods` is the loop's public
+face of it.
 
 Facts / what this means for us:
 
@@ -20,12 +22,12 @@ Facts / what this means for us:
 - Handlers are installed with ``siginterrupt(sig, False)`` (SA_RESTART), as
   asyncio does, to limit EINTR in blocking calls of other threads.
 
-Semantics follow asyncio's unix_events, with one addition the issue asks
-for: when the last handler is removed (or the loop closes), the wakeup fd
-that was installed *before* ours is restored, rather than reset to -1, so a
-loop nested in a program that uses its own wakeup fd does not break it. We
-restore only if ours is still the installed one, and only if the old fd is
-still open.
+Semantics follow asyncio's unix_events, with one deliberate difference
+(``tests/divergences.py``, "wakeup-fd-restored"): when the last handler is
+removed (or the loop closes), the wakeup fd that was installed *before* ours
+is restored, rather than reset to -1, so a loop nested in a program that
+uses its own wakeup fd does not break it. We restore only if ours is still
+the installed one, and only if the old fd is still open.
 """
 
 from __future__ import annotations
@@ -40,12 +42,11 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TypeVarTuple, Unpack
 
-from ._core.clock import Clock
 from ._core.debug import is_coroutine_function
 from ._core.errors import logger
 from ._core.handles import Handle
-from ._fdio.registry import FdLoop
-from ._pollers import Poller
+from ._core.run import CoreLoop
+from ._fdio.registry import FdRegistry
 
 _Ts = TypeVarTuple("_Ts")
 
@@ -62,55 +63,54 @@ def _fd_is_open(fd: int) -> bool:
     return True
 
 
-class SignalLoop(FdLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
-        self._signal_handlers: dict[int, asyncio.Handle] = {}
+def check_signal(sig: int) -> None:
+    if not isinstance(sig, int):
+        raise TypeError(f"sig must be an int, not {sig!r}")
+    if sig not in signal.valid_signals():
+        raise ValueError(f"invalid signal number {sig}")
+
+
+class SignalWatcher:
+    """The loop's signal handlers and the wakeup pipe that delivers them."""
+
+    __slots__ = ("_fds", "_loop", "_saved_wakeup_fd", "_sig_rfd", "_sig_wfd", "handlers")
+
+    def __init__(self, loop: CoreLoop, fds: FdRegistry) -> None:
+        self._loop = loop
+        self._fds = fds
+        self.handlers: dict[int, asyncio.Handle] = {}
         self._sig_rfd = -1
         self._sig_wfd = -1
         # The wakeup fd that was installed before ours; None while ours isn't.
         self._saved_wakeup_fd: int | None = None
 
-    def _check_signal(self, sig: int) -> None:
-        if not isinstance(sig, int):
-            raise TypeError(f"sig must be an int, not {sig!r}")
-        if sig not in signal.valid_signals():
-            raise ValueError(f"invalid signal number {sig}")
-
-    def add_signal_handler(
-        self, sig: int, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts
-    ) -> None:
-        if asyncio.iscoroutine(callback) or is_coroutine_function(callback):
-            raise TypeError("coroutines cannot be used with add_signal_handler()")
-        self._check_signal(sig)
-        self._check_closed()
+    def add(self, sig: int, handle: asyncio.Handle) -> None:
         self._open_signal_pipe()
         try:
             # Fails outside the main thread: call it before touching anything.
             previous = signal.set_wakeup_fd(self._sig_wfd)
         except (ValueError, OSError) as exc:
-            if not self._signal_handlers:
+            if not self.handlers:
                 self._close_signal_pipe()
             raise RuntimeError(str(exc))  # noqa: B904 (asyncio chains it implicitly)
         if self._saved_wakeup_fd is None:
             self._saved_wakeup_fd = previous
 
-        self._signal_handlers[sig] = Handle(callback, args, self, None)
+        self.handlers[sig] = handle
         try:
             signal.signal(sig, _noop_handler)
             signal.siginterrupt(sig, False)
         except OSError as exc:
-            del self._signal_handlers[sig]
-            if not self._signal_handlers:
+            del self.handlers[sig]
+            if not self.handlers:
                 self._restore_wakeup_fd()
             if exc.errno == errno.EINVAL:
                 raise RuntimeError(f"sig {sig} cannot be caught")  # noqa: B904
             raise
 
-    def remove_signal_handler(self, sig: int) -> bool:
-        self._check_signal(sig)
+    def remove(self, sig: int) -> bool:
         try:
-            del self._signal_handlers[sig]
+            del self.handlers[sig]
         except KeyError:
             return False
         handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
@@ -120,18 +120,18 @@ class SignalLoop(FdLoop):
             if exc.errno == errno.EINVAL:
                 raise RuntimeError(f"sig {sig} cannot be caught")  # noqa: B904
             raise
-        if not self._signal_handlers:
+        if not self.handlers:
             self._restore_wakeup_fd()
         return True
 
     def _handle_signal(self, sig: int) -> None:
-        handle = self._signal_handlers.get(sig)
+        handle = self.handlers.get(sig)
         if handle is None:
             return  # removed after the byte was written
         if handle._cancelled:
-            self.remove_signal_handler(sig)
+            self.remove(sig)
         else:
-            self._add_callback_signalsafe(handle)
+            self._loop._add_callback_signalsafe(handle)
 
     def _read_signals(self) -> None:
         while True:
@@ -158,14 +158,12 @@ class SignalLoop(FdLoop):
             os.set_blocking(rfd, False)
             os.set_blocking(wfd, False)
         self._sig_rfd, self._sig_wfd = rfd, wfd
-        self._add_reader(rfd, self._read_signals)
-        self._internal_fds += 1
+        self._fds.add_internal_reader(rfd, Handle(self._read_signals, (), self._loop, None))
 
     def _close_signal_pipe(self) -> None:
         if self._sig_rfd < 0:
             return
-        self._remove_reader(self._sig_rfd)
-        self._internal_fds -= 1
+        self._fds.remove_internal_reader(self._sig_rfd)
         os.close(self._sig_rfd)
         os.close(self._sig_wfd)
         self._sig_rfd = self._sig_wfd = -1
@@ -184,19 +182,38 @@ class SignalLoop(FdLoop):
         except (ValueError, OSError) as exc:
             logger.info("set_wakeup_fd(%d) failed: %s", restore, exc)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """The loop is closing: remove every handler, give the wakeup fd back."""
         try:
-            super()._close()
             if not sys.is_finalizing():
-                for sig in list(self._signal_handlers):
-                    self.remove_signal_handler(sig)
-            elif self._signal_handlers:
+                for sig in list(self.handlers):
+                    self.remove(sig)
+            elif self.handlers:
                 warnings.warn(
-                    f"Closing the loop {self!r} on interpreter shutdown "
+                    f"Closing the loop {self._loop!r} on interpreter shutdown "
                     f"stage, skipping signal handlers removal",
                     ResourceWarning,
-                    source=self,
+                    source=self._loop,
                 )
-                self._signal_handlers.clear()
+                self.handlers.clear()
         finally:
             self._close_signal_pipe()
+
+
+class SignalMethods(CoreLoop):
+    """``add_signal_handler``, ``remove_signal_handler``."""
+
+    _signals: SignalWatcher
+
+    def add_signal_handler(
+        self, sig: int, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts
+    ) -> None:
+        if asyncio.iscoroutine(callback) or is_coroutine_function(callback):
+            raise TypeError("coroutines cannot be used with add_signal_handler()")
+        check_signal(sig)
+        self._check_closed()
+        self._signals.add(sig, Handle(callback, args, self, None))
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        check_signal(sig)
+        return self._signals.remove(sig)

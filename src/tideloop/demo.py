@@ -2,7 +2,7 @@
 
 Layer: top (a user of the public API only; nothing imports it). It needs
 nothing but Python and tideloop, so it runs right after ``pip install
-tideloop`` on a fresh machine, and takes about 15 seconds.
+tideloop`` on a fresh machine (how long it takes: README.md).
 
 What it measures, each loop in a fresh process, rounds interleaved
 (asyncio, tideloop, asyncio, tideloop, ...), the median of the rounds shown:

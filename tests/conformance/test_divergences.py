@@ -124,7 +124,7 @@ def check_call_at_non_numbers() -> None:
 
 
 # ----------------------------------------------------------------------
-# Networking (issue 3)
+# Networking
 
 
 def check_accept_out_of_resources() -> None:

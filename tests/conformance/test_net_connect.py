@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_net_support import Echo, Recorder, close_server, free_port, has_ipv6
+
+from net_support import Echo, Recorder, close_server, free_port, has_ipv6
 
 
 @contextmanager

@@ -12,7 +12,8 @@ import socket
 import tempfile
 
 import pytest
-from test_net_support import close_server
+
+from net_support import close_server
 
 
 def unread_pair() -> tuple[socket.socket, socket.socket]:
@@ -58,7 +59,7 @@ def test_emfile_reported_once_and_retry_cancelled_on_close(
     assert len(reports) == 1
     assert reports[0]["message"] == "socket.accept() out of system resource"
     assert not loop.remove_reader(real.fileno())  # no longer polled
-    retries = lp._accept_retries  # type: ignore[attr-defined]
+    retries = lp._listeners.retries  # type: ignore[attr-defined]
     timer = retries[starved]
     lp._stop_serving(starved)  # type: ignore[attr-defined]
     assert timer.cancelled()

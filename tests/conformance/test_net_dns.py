@@ -7,7 +7,8 @@ import socket
 import threading
 
 import pytest
-from test_net_support import has_ipv6
+
+from net_support import has_ipv6
 
 
 @pytest.mark.parametrize(
@@ -54,7 +55,7 @@ def test_getnameinfo(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_getaddrinfo_in_debug_mode_logs(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_debug(True)
-    from test_net_support import captured_asyncio_logs
+    from net_support import captured_asyncio_logs
 
     with captured_asyncio_logs() as records:
         got = loop.run_until_complete(loop.getaddrinfo("localhost", 80, type=socket.SOCK_STREAM))

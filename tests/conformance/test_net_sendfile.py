@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from test_net_support import Recorder, close_server, no_reader_or_writer, recording_factory
+
+from net_support import Recorder, close_server, no_reader_or_writer, recording_factory
 
 DATA = bytes(range(256)) * 4096 + b"tail"  # ~1 MiB: more than one socket buffer
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_net_support import Echo, Recorder, close_server, has_ipv6, recording_factory
+
+from net_support import Echo, Recorder, close_server, has_ipv6, recording_factory
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)

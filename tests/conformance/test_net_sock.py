@@ -7,7 +7,8 @@ import socket
 import ssl
 
 import pytest
-from test_net_support import free_port, has_ipv6, no_reader_or_writer, nonblocking_pair
+
+from net_support import free_port, has_ipv6, no_reader_or_writer, nonblocking_pair
 
 
 def test_recv_and_sendall(loop: asyncio.AbstractEventLoop) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_net_support import Echo, Recorder, captured_asyncio_logs, close_server, recording_factory
+
+from net_support import Echo, Recorder, captured_asyncio_logs, close_server, recording_factory
 
 SIZES = [1, 1024, 65536, 1024 * 1024, 10 * 1024 * 1024]
 

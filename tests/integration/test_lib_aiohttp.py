@@ -37,7 +37,7 @@ import aiohttp.abc
 import pytest
 from aiohttp import web
 
-TLS_NOT_BUILT = "TLS: not built yet (later issue)"
+TLS_NOT_BUILT = "TLS: not built yet"
 N_URLS = 300
 POOL_LIMIT = 20
 CHUNK = 16 * 1024

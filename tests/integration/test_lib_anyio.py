@@ -45,9 +45,9 @@ from anyio.abc import ByteStream, SocketAttribute, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.tls import TLSAttribute, TLSListener
 
-TLS_NOT_BUILT = "TLS: not built yet (later issue)"
-UDP_NOT_BUILT = "UDP (create_datagram_endpoint): not built yet (later issue)"
-SUBPROCESS_NOT_BUILT = "subprocesses (subprocess_exec/shell): not built yet (later issue)"
+TLS_NOT_BUILT = "TLS: not built yet"
+UDP_NOT_BUILT = "UDP (create_datagram_endpoint): not built yet"
+SUBPROCESS_NOT_BUILT = "subprocesses (subprocess_exec/shell): not built yet"
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 

@@ -26,7 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.asyncio.server import ServerConnection, broadcast, serve, unix_serve
 from websockets.exceptions import ConnectionClosed
 
-TLS_NOT_BUILT = "TLS: not built yet (later issue)"
+TLS_NOT_BUILT = "TLS: not built yet"
 
 N_CLIENTS = 120
 N_MESSAGES = 6

@@ -348,6 +348,24 @@ ENTRIES: list[Entry] = [
             "test_close",
         )
     ],
+    # The signal handlers live in a SignalWatcher component, not in loop attributes;
+    # the behaviour these poke at (invalid signals, a signal nobody handles) is covered
+    # through the public API by tests/conformance/test_signals.py.
+    Entry(
+        "test_unix_events.TideloopSignalTests.test_check_signal",
+        P,
+        "calls the stdlib loop's private loop._check_signal()",
+    ),
+    Entry(
+        "test_unix_events.TideloopSignalTests.test_handle_signal_no_handler",
+        P,
+        "calls the stdlib loop's private loop._handle_signal()",
+    ),
+    Entry(
+        "test_unix_events.TideloopSignalTests.test_handle_signal_cancelled_handler",
+        P,
+        "plants a handle in the stdlib loop's private loop._signal_handlers dict",
+    ),
     Entry(
         "test_unix_events.TideloopSignalTests.test_close_on_finalizing",
         M,

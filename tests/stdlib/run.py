@@ -55,8 +55,9 @@ RESULTS = HERE / "results"
 #: Modules whose run takes longest go first, so that the pool stays busy.
 SLOW_FIRST = ("test_tasks", "test_subprocess", "test_ssl", "test_events", "test_taskgroups")
 
-#: Modules that must pass for the foundation issue (issue 2); ``--issue2``.
-ISSUE2_MODULES = (
+#: The core's modules (scheduling, tasks, synchronisation; no networking):
+#: ``--core``, a quick check after touching the core.
+CORE_MODULES = (
     "test_locks",
     "test_queues",
     "test_taskgroups",
@@ -451,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=float, default=30.0, help="seconds per test")
     parser.add_argument("--module-timeout", type=float, default=300.0, help="seconds per module")
     parser.add_argument("--max-restarts", type=int, default=25)
-    parser.add_argument("--issue2", action="store_true", help="only the issue-2 modules")
+    parser.add_argument("--core", action="store_true", help="only the core's modules")
     parser.add_argument("--check", action="store_true", help="regression gate (tideloop)")
     parser.add_argument("--update", action="store_true", help="record the expected results")
     parser.add_argument("--report-only", action="store_true", help="render saved results")
@@ -461,8 +462,8 @@ def main(argv: list[str] | None = None) -> int:
 
     target = Target.probe(args.python)
     selection = list(args.tests)
-    if args.issue2:
-        selection += [m for m in ISSUE2_MODULES if m in target.modules]
+    if args.core:
+        selection += [m for m in CORE_MODULES if m in target.modules]
     modules, only = select(target, selection)
     loops = ["tideloop", "stdlib"] if args.loop == "both" else [args.loop]
     if (args.check or args.update) and "tideloop" not in loops:
@@ -512,16 +513,16 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "wall_time": round(wall, 1),
             "test_timeout": args.test_timeout,
-            "complete": not args.tests and not args.issue2,
+            "complete": not args.tests and not args.core,
         }
         for lp in loops:
             save(target, lp, runs[lp], meta, partial=set(only))
         log(f"wall time {wall:.1f}s")
 
     loaded = {lp: report.load(results_path(target, lp)) for lp in ("tideloop", "stdlib")}
-    if not args.tests and not args.issue2:
+    if not args.tests and not args.core:
         warn_stale_entries(target, loaded["tideloop"] or loaded["stdlib"])
-    shown = modules if (args.tests or args.issue2) else None
+    shown = modules if (args.tests or args.core) else None
     table = report.Table.build(loaded["tideloop"], loaded["stdlib"], shown)
     print(table.render_terminal(title=f"test_asyncio, Python {target.version}"), flush=True)
     if args.verbose:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,18 @@ from tideloop._core.run import MAX_POLL_TIMEOUT
 from tideloop._pollers import READ, WRITE
 
 from fakes import FakePoller, ManualClock, fake_loop
+
+
+def add_reader(loop: tideloop.Loop, fd: int, callback: Any, *args: Any) -> asyncio.Handle:
+    """loop.add_reader, returning the handle the fd registry now holds."""
+    loop.add_reader(fd, callback, *args)
+    return loop._fds.readers[fd]
+
+
+def add_writer(loop: tideloop.Loop, fd: int, callback: Any, *args: Any) -> asyncio.Handle:
+    loop.add_writer(fd, callback, *args)
+    return loop._fds.writers[fd]
+
 
 EPOLLERR = 8
 EPOLLHUP = 16
@@ -35,10 +48,11 @@ def test_constructor_registers_only_the_waker(
 
 def test_close_closes_the_poller() -> None:
     loop, poller, _ = fake_loop()
-    waker_fd = loop._waker.fileno()
+    loop.add_reader(30, print)
     loop.close()
     assert poller.closed
-    assert ("unregister", waker_fd, 0) in poller.calls
+    assert loop._fds.readers == {} and loop._fds.user_fds() == []
+    assert loop.remove_reader(30) is False
 
 
 def test_time_comes_from_the_clock(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
@@ -85,11 +99,11 @@ def test_poll_timeout_none_without_timers(
 ) -> None:
     loop, poller, _ = env
     fd = 50
-    loop._add_reader(fd, loop.stop)
+    add_reader(loop, fd, loop.stop)
     poller.scripted.append([(fd, READ)])
     loop.run_forever()
     assert poller.timeouts == [None]
-    loop._remove_reader(fd)
+    loop.remove_reader(fd)
 
 
 def test_past_deadline_gives_zero_timeout(
@@ -174,12 +188,12 @@ def test_error_bits_reach_reader_and_writer(
 ) -> None:
     loop, poller, _ = env
     calls: list[str] = []
-    loop._add_reader(10, calls.append, "r10")
-    loop._add_writer(10, calls.append, "w10")
-    loop._add_reader(11, calls.append, "r11")
-    loop._add_writer(11, calls.append, "w11")
-    loop._add_reader(12, calls.append, "r12")
-    loop._add_writer(12, calls.append, "w12")
+    add_reader(loop, 10, calls.append, "r10")
+    add_writer(loop, 10, calls.append, "w10")
+    add_reader(loop, 11, calls.append, "r11")
+    add_writer(loop, 11, calls.append, "w11")
+    add_reader(loop, 12, calls.append, "r12")
+    add_writer(loop, 12, calls.append, "w12")
     poller.scripted.append(
         [(10, READ), (11, WRITE), (12, EPOLLERR | EPOLLHUP), (99, READ)]  # 99 is unknown
     )
@@ -187,8 +201,8 @@ def test_error_bits_reach_reader_and_writer(
     loop.run_forever()
     assert calls == ["r10", "w11", "r12", "w12"]
     for fd in (10, 11, 12):
-        loop._remove_reader(fd)
-        loop._remove_writer(fd)
+        loop.remove_reader(fd)
+        loop.remove_writer(fd)
 
 
 def test_io_callbacks_run_after_already_ready_ones(
@@ -197,25 +211,25 @@ def test_io_callbacks_run_after_already_ready_ones(
     """asyncio's order: ready callbacks, then I/O callbacks, then due timers."""
     loop, poller, _ = env
     order: list[str] = []
-    loop._add_reader(20, order.append, "io")
+    add_reader(loop, 20, order.append, "io")
     loop.call_at(loop.time(), order.append, "timer")
     loop.call_soon(order.append, "soon")
     poller.scripted.append([(20, READ)])
     loop.call_soon(loop.stop)
     loop.run_forever()
     assert order == ["soon", "io", "timer"]
-    loop._remove_reader(20)
+    loop.remove_reader(20)
 
 
 def test_registration_calls(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
     loop, poller, _ = env
     poller.calls.clear()
-    loop._add_reader(30, print)
-    loop._add_writer(30, print)
-    loop._add_reader(30, repr)  # replacing: no kernel change
-    assert loop._remove_reader(30)
-    assert loop._remove_writer(30)
-    assert not loop._remove_writer(30)
+    add_reader(loop, 30, print)
+    add_writer(loop, 30, print)
+    add_reader(loop, 30, repr)  # replacing: no kernel change
+    assert loop.remove_reader(30)
+    assert loop.remove_writer(30)
+    assert not loop.remove_writer(30)
     assert poller.calls == [
         ("register", 30, READ),
         ("modify", 30, READ | WRITE),
@@ -229,35 +243,35 @@ def test_cancelled_reader_is_unregistered_when_it_fires(
 ) -> None:
     loop, poller, _ = env
     calls: list[int] = []
-    handle = loop._add_reader(40, calls.append, 1)
+    handle = add_reader(loop, 40, calls.append, 1)
     handle.cancel()
     poller.scripted.append([(40, READ)])
     loop.call_later(0.1, loop.stop)
     loop.run_forever()
     assert calls == []
     assert 40 not in poller.registered
-    assert loop._remove_reader(40) is False
+    assert loop.remove_reader(40) is False
 
 
 def test_failed_register_leaves_nothing(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
     loop, poller, _ = env
     poller.fail_next = OSError(9, "Bad file descriptor")
     with pytest.raises(OSError, match="Bad file descriptor"):
-        loop._add_reader(50, print)
+        add_reader(loop, 50, print)
     assert 50 not in poller.registered
-    assert loop._remove_reader(50) is False
+    assert loop.remove_reader(50) is False
 
 
 def test_failed_modify_drops_the_fd(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
     loop, poller, _ = env
-    old = loop._add_reader(60, print)
+    old = add_reader(loop, 60, print)
     poller.fail_next = OSError(9, "Bad file descriptor")
     with pytest.raises(OSError):
-        loop._add_writer(60, print)
+        add_writer(loop, 60, print)
     # asyncio's selector drops the fd entirely and leaves the old handle alone.
     assert 60 not in poller.registered
-    assert loop._remove_reader(60) is False
-    assert loop._remove_writer(60) is False
+    assert loop.remove_reader(60) is False
+    assert loop.remove_writer(60) is False
     assert not old.cancelled()
 
 
@@ -265,10 +279,10 @@ def test_replaced_reader_handle_is_cancelled(
     env: tuple[tideloop.Loop, FakePoller, ManualClock],
 ) -> None:
     loop, _, _ = env
-    first = loop._add_reader(70, print)
-    second = loop._add_reader(70, print)
+    first = add_reader(loop, 70, print)
+    second = add_reader(loop, 70, print)
     assert first.cancelled() and not second.cancelled()
-    loop._remove_reader(70)
+    loop.remove_reader(70)
     assert second.cancelled()
 
 

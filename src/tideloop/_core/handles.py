@@ -28,7 +28,10 @@ import traceback
 from asyncio.format_helpers import extract_stack
 from collections.abc import Callable
 from contextvars import copy_context
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from .run import CoreLoop
 
 __all__ = ["THREADSAFE_TRIM", "Handle", "ThreadSafeHandle", "TimerHandle"]
 
@@ -44,10 +47,10 @@ class Handle(asyncio.Handle):
         self,
         callback: Callable[..., object],
         args: tuple[Any, ...],
-        loop: Any,
+        loop: CoreLoop,
         context: contextvars.Context | None = None,
     ) -> None:
-        # asyncio's fields and defaults; *loop* is always a tideloop loop.
+        # asyncio's fields and defaults.
         self._context = copy_context() if context is None else context
         self._loop = loop
         self._callback = callback
@@ -76,7 +79,7 @@ class TimerHandle(asyncio.TimerHandle):
         when: float,
         callback: Callable[..., object],
         args: tuple[Any, ...],
-        loop: Any,
+        loop: CoreLoop,
         context: contextvars.Context | None = None,
     ) -> None:
         self._context = copy_context() if context is None else context

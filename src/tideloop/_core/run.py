@@ -4,10 +4,15 @@ Layer: core. Everything an event loop does that needs no file descriptors of
 its own: the ready queue, the timer queue, the clock, the run loop,
 ``run_until_complete``/``stop``/``close``, tasks and futures, exception
 handling, debug mode, async generator hooks, ``call_soon_threadsafe`` and
-the default executor. It holds the poller only to block in it: the fd layer
-(`tideloop._fdio`) owns what is registered there and turns ready fds into
-callbacks through `_process_events`, and it must register ``_waker`` as an
-internal reader. CoreLoop alone is therefore abstract.
+the default executor.
+
+CoreLoop is the only base class of `tideloop.Loop` with an ``__init__``:
+the Loop builds the components (see ``docs/architecture.md``) and hands the
+core what it needs through the constructor. The core is given an `IoSource`
+(the fd registry): the core blocks in ``io.poll`` and passes what it
+returned to ``io.dispatch``, which queues the ready fds' callbacks. The core
+never learns what an fd is. Components that hold kernel resources are
+handed to `_own`, and `close` closes them, last owned first.
 
 Semantics are asyncio's (``Lib/asyncio/base_events.py``) for the running
 Python. One iteration, `_run_once`, has asyncio's phases in asyncio's order:
@@ -15,16 +20,17 @@ Python. One iteration, `_run_once`, has asyncio's phases in asyncio's order:
 1. drop cancelled timers (or compact the heap; see `timers`);
 2. compute the poll timeout: 0 if callbacks are ready or the loop is
    stopping, else until the earliest timer (at most a day), else forever;
-3. poll, and queue the callbacks of ready fds (`_process_events`);
+3. poll, and queue the callbacks of ready fds (``io.dispatch``);
 4. queue every timer due before ``now + clock resolution``;
 5. run the callbacks that are ready *now*, in FIFO order. Callbacks they
    schedule run in the next iteration, after another poll.
 
-Invariants:
+Invariants (principles 3 and 4 of ``docs/architecture.md``):
 - `_run_once` is the only place callbacks are called; every other method
   only appends handles to ``_ready``.
-- `_poll` (in `_run_once`) is the only place the loop blocks, and
-  ``_now`` (the injected clock) is the only source of time.
+- `_run_once` is the only place the loop blocks (``io.poll``, or the
+  clock's ``wait`` around it), and ``_now`` (the injected clock) is the
+  only source of time.
 - ``_thread_id`` is not None exactly while ``run_forever`` runs; it is what
   ``is_running()`` and the debug-mode thread check read.
 - An exception from a callback goes to the exception handler and never stops
@@ -45,12 +51,10 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
-from typing import Any, Final, TypeVar, TypeVarTuple, Unpack, cast
-
-from tideloop._pollers import Poller, make_poller
+from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
-from .clock import Clock, MonotonicClock
+from .clock import Clock
 from .errors import callback_error_context, log_context, logger
 from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
 from .timers import TimerQueue
@@ -77,6 +81,30 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real)
 
 
+#: The ready queue: handles whose callbacks run in the next run phase.
+ReadyQueue = collections.deque[asyncio.Handle]
+
+
+class IoSource(Protocol):
+    """What the run loop needs from the fd layer (the fd registry provides it)."""
+
+    def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        """Block until fds are ready or *timeout* passes (None: no limit)."""
+        ...
+
+    def dispatch(self, events: list[tuple[int, int]]) -> None:
+        """Queue the callbacks of the fds that *poll* reported ready."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Resource(Protocol):
+    """A component that holds kernel resources until the loop closes."""
+
+    def close(self) -> None: ...
+
+
 def _stop_when_done(fut: asyncio.Future[Any]) -> None:
     """run_until_complete's done-callback: stop the future's loop."""
     if not fut.cancelled():
@@ -88,22 +116,24 @@ def _stop_when_done(fut: asyncio.Future[Any]) -> None:
 
 
 class CoreLoop(asyncio.AbstractEventLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        # Closed until fully built: a half-built loop must not warn in __del__.
-        self._closed = True
+    # Closed until fully built: a loop whose construction failed (even
+    # before this __init__ ran) must not warn or close anything in __del__.
+    _closed: bool = True
+
+    def __init__(self, *, ready: ReadyQueue, io: IoSource, clock: Clock) -> None:
         self._debug = False
         self._thread_id: int | None = None
         self._stopping = False
-        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._ready = ready
         self._timers = TimerQueue()
-        if clock is None:
-            clock = MonotonicClock()
         self._clock = clock
         self._now = clock.now
         self._clock_resolution = clock.resolution
         self._clock_wait = clock.wait
-        self._poller: Poller = make_poller(poller)
-        self._poll = self._poller.poll
+        self._io = io
+        self._poll = io.poll
+        self._dispatch = io.dispatch
+        self._resources: list[Resource] = []
         self._waker = make_waker()
         self._exception_handler: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | (
             None
@@ -234,10 +264,6 @@ class CoreLoop(asyncio.AbstractEventLoop):
     # ------------------------------------------------------------------
     # The run loop
 
-    def _process_events(self, events: list[tuple[int, int]]) -> None:
-        """Queue the callbacks of ready fds. Provided by the fd layer."""
-        raise NotImplementedError
-
     def _run_once(self) -> None:
         ready = self._ready
         timers = self._timers
@@ -258,7 +284,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         wait = self._clock_wait
         events = self._poll(timeout) if wait is None else wait(self._poll, timeout)
         if events:
-            self._process_events(events)
+            self._dispatch(events)
 
         if timers.heap:
             timers.pop_due(self._now() + self._clock_resolution, ready.append)
@@ -386,8 +412,11 @@ class CoreLoop(asyncio.AbstractEventLoop):
             logger.debug("Close %r", self)
         self._close()
 
+    def _own(self, resource: Resource) -> None:
+        """Close *resource* when the loop closes (the last owned first)."""
+        self._resources.append(resource)
+
     def _close(self) -> None:
-        """Release resources. Layers above extend this and call super() last."""
         self._closed = True
         self._ready.clear()
         self._timers.clear()
@@ -396,8 +425,14 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if executor is not None:
             self._default_executor = None
             executor.shutdown(wait=False)
-        self._waker.close()
-        self._poller.close()
+        resources = self._resources
+        try:
+            while resources:
+                resources.pop().close()
+        finally:
+            # The fd layer goes last: components unregister their fds first.
+            self._io.close()
+            self._waker.close()
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if not self.is_closed():

@@ -1,10 +1,12 @@
-"""FdLoop: the fd registry (fd -> reader and writer callbacks).
+"""The fd registry (fd -> reader and writer handles) and asyncio's ``add_reader`` family.
 
-Layer: fd I/O. This class owns the poller's interest set: every kernel
-registration goes through `_sync`, one function, so the poller's state and
-ours cannot drift apart (the structure trio's epoll backend uses). It turns
-poll results into queued callbacks (`_process_events`, called from the core's
-`_run_once`) and provides asyncio's ``add_reader`` family.
+Layer: fd I/O. `FdRegistry` is a component: the Loop builds one, hands it to
+the core as its `IoSource` and to every transport, operation and component
+that watches fds. It is the only owner of the poller's interest set: every
+kernel registration goes through `FdRegistry._sync`, one function, so the
+poller's state and ours cannot drift apart (the structure of trio's epoll
+backend). It turns poll results into queued callbacks (`dispatch`, called
+from the core's ``_run_once``). `FdMethods` is the loop's public face of it.
 
 Semantics are asyncio's selector loop:
 
@@ -24,14 +26,16 @@ Semantics are asyncio's selector loop:
   whose kernel state is unknown.
 - Removing callbacks of an fd that was closed meanwhile works and returns
   True (the poller ignores the kernel's complaint).
-- After ``close()``, ``remove_*`` return False and ``add_*`` raise.
+- After the loop closes, ``remove_*`` return False and ``add_*`` raise.
 
 Invariants:
 - ``_masks[fd]`` is exactly what the poller has registered for fd, and is
-  ``READ if fd in _readers`` | ``WRITE if fd in _writers`` after every `_sync`
+  ``READ if fd in readers`` | ``WRITE if fd in writers`` after every `_sync`
   that returns normally.
-- ``_fd_transports`` maps an fd to the transport using it, so that the public
+- ``transports`` maps an fd to the transport using it, so that the public
   methods can refuse to touch an fd a transport owns (asyncio's rule).
+- ``_internal`` holds the fds the loop's own components registered (the
+  waker, the signal pipe, child pidfds); `user_fds` is everything else.
 """
 
 from __future__ import annotations
@@ -41,9 +45,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVarTuple, Unpack
 
-from tideloop._core.clock import Clock
 from tideloop._core.handles import Handle
-from tideloop._core.run import CoreLoop
+from tideloop._core.run import CoreLoop, ReadyQueue
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
 
 _Ts = TypeVarTuple("_Ts")
@@ -66,40 +69,57 @@ def fd_of(fileobj: FileDescriptorLike) -> int:
     return fd
 
 
-class FdLoop(CoreLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
-        self._readers: dict[int, asyncio.Handle] = {}
-        self._writers: dict[int, asyncio.Handle] = {}
+class FdRegistry:
+    __slots__ = (
+        "_internal",
+        "_masks",
+        "_poller",
+        "_ready",
+        "closed",
+        "poll",
+        "readers",
+        "transports",
+        "writers",
+    )
+
+    def __init__(self, poller: Poller, ready: ReadyQueue) -> None:
+        self._poller = poller
+        self._ready = ready
+        #: The poller's poll, for the core (`IoSource.poll`).
+        self.poll = poller.poll
+        self.readers: dict[int, asyncio.Handle] = {}
+        self.writers: dict[int, asyncio.Handle] = {}
         self._masks: dict[int, int] = {}
-        self._fd_transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
+        self._internal: set[int] = set()
+        self.transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
             weakref.WeakValueDictionary()
         )
-        # fds the loop itself registered (the waker, the signal pipe).
-        self._internal_fds = 0
-        self._add_reader(self._waker.fileno(), self._waker.drain)
-        self._internal_fds += 1
+        self.closed = False
+
+    @property
+    def poller(self) -> Poller:
+        return self._poller
 
     # ------------------------------------------------------------------
     # Dispatch: called by the core once per poll that returned events.
 
-    def _process_events(self, events: list[tuple[int, int]]) -> None:
-        readers = self._readers
-        writers = self._writers
+    def dispatch(self, events: list[tuple[int, int]]) -> None:
+        readers = self.readers
+        writers = self.writers
         append = self._ready.append
         for fd, bits in events:
             if bits & READER_BITS:
                 handle = readers.get(fd)
                 if handle is not None:
                     if handle._cancelled:
-                        self._remove_reader(fd)
+                        self.remove_reader(fd)
                     else:
                         append(handle)
             if bits & WRITER_BITS:
                 handle = writers.get(fd)
                 if handle is not None:
                     if handle._cancelled:
-                        self._remove_writer(fd)
+                        self.remove_writer(fd)
                     else:
                         append(handle)
 
@@ -107,7 +127,7 @@ class FdLoop(CoreLoop):
     # The single owner of kernel registration state.
 
     def _sync(self, fd: int) -> None:
-        want = (READ if fd in self._readers else 0) | (WRITE if fd in self._writers else 0)
+        want = (READ if fd in self.readers else 0) | (WRITE if fd in self.writers else 0)
         have = self._masks.get(fd, 0)
         if want == have:
             return
@@ -122,8 +142,8 @@ class FdLoop(CoreLoop):
             else:
                 poller.register(fd, want)
         except BaseException:
-            self._readers.pop(fd, None)
-            self._writers.pop(fd, None)
+            self.readers.pop(fd, None)
+            self.writers.pop(fd, None)
             if have:
                 del self._masks[fd]
                 poller.unregister(fd)
@@ -131,87 +151,115 @@ class FdLoop(CoreLoop):
         self._masks[fd] = want
 
     # ------------------------------------------------------------------
-    # Internal twins (no transport check): used by the loop and transports.
+    # Registrations. *fd* is an int here; `fd_of` converts at the edges.
 
-    def _add_reader(
-        self, fd: FileDescriptorLike, callback: Callable[..., object], *args: Any
-    ) -> asyncio.Handle:
-        self._check_closed()
-        return self._set_reader(fd_of(fd), Handle(callback, args, self, None))
-
-    def _set_reader(self, fd: int, handle: asyncio.Handle) -> asyncio.Handle:
-        old = self._readers.get(fd)
-        self._readers[fd] = handle
+    def set_reader(self, fd: int, handle: asyncio.Handle) -> None:
+        """Make *handle* fd's reader; a previous reader's handle is cancelled."""
+        old = self.readers.get(fd)
+        self.readers[fd] = handle
         self._sync(fd)
-        if old is not None:
+        if old is not None and old is not handle:
             old.cancel()
-        return handle
 
-    def _remove_reader(self, fd: FileDescriptorLike) -> bool:
-        if self._closed:
+    def remove_reader(self, fd: int) -> bool:
+        """Unregister and cancel fd's reader; False if there was none."""
+        if self.closed:
             return False
-        fd = fd_of(fd)
-        handle = self._readers.pop(fd, None)
+        handle = self.readers.pop(fd, None)
         if handle is None:
             return False
         self._sync(fd)
         handle.cancel()
         return True
 
-    def _detach_reader(self, fd: int) -> None:
+    def remove_reader_if(self, fd: int, handle: asyncio.Handle) -> None:
+        """Remove fd's reader only if it is still *handle* (not a later one)."""
+        if self.readers.get(fd) is handle:
+            self.remove_reader(fd)
+
+    def detach_reader(self, fd: int) -> None:
         """Unregister fd's reader *without cancelling its handle*.
 
         For owners (transports) that keep one handle and re-register it with
-        `_set_reader` on resume: a cancelled handle cannot run again. The
+        `set_reader` on resume: a cancelled handle cannot run again. The
         handle may already be queued for this iteration, so its callback must
         check its owner's state before acting.
         """
-        if self._readers.pop(fd, None) is not None:
+        if self.readers.pop(fd, None) is not None:
             self._sync(fd)
 
-    def _add_writer(
-        self, fd: FileDescriptorLike, callback: Callable[..., object], *args: Any
-    ) -> asyncio.Handle:
-        self._check_closed()
-        return self._set_writer(fd_of(fd), Handle(callback, args, self, None))
-
-    def _set_writer(self, fd: int, handle: asyncio.Handle) -> asyncio.Handle:
-        old = self._writers.get(fd)
-        self._writers[fd] = handle
+    def set_writer(self, fd: int, handle: asyncio.Handle) -> None:
+        old = self.writers.get(fd)
+        self.writers[fd] = handle
         self._sync(fd)
-        if old is not None:
+        if old is not None and old is not handle:
             old.cancel()
-        return handle
 
-    def _remove_writer(self, fd: FileDescriptorLike) -> bool:
-        if self._closed:
+    def remove_writer(self, fd: int) -> bool:
+        if self.closed:
             return False
-        fd = fd_of(fd)
-        handle = self._writers.pop(fd, None)
+        handle = self.writers.pop(fd, None)
         if handle is None:
             return False
         self._sync(fd)
         handle.cancel()
         return True
 
-    def _detach_writer(self, fd: int) -> None:
-        """Unregister fd's writer without cancelling its handle (see `_detach_reader`)."""
-        if self._writers.pop(fd, None) is not None:
+    def remove_writer_if(self, fd: int, handle: asyncio.Handle) -> None:
+        if self.writers.get(fd) is handle:
+            self.remove_writer(fd)
+
+    def detach_writer(self, fd: int) -> None:
+        """Unregister fd's writer without cancelling its handle (see `detach_reader`)."""
+        if self.writers.pop(fd, None) is not None:
             self._sync(fd)
 
     # ------------------------------------------------------------------
-    # Public API
+    # The loop's own fds
 
-    def _ensure_fd_no_transport(self, fd: FileDescriptorLike) -> None:
+    def add_internal_reader(self, fd: int, handle: asyncio.Handle) -> None:
+        """Register a reader for an fd the loop itself owns (waker, signal pipe, ...)."""
+        self.set_reader(fd, handle)
+        self._internal.add(fd)
+
+    def remove_internal_reader(self, fd: int) -> None:
+        self._internal.discard(fd)
+        self.remove_reader(fd)
+
+    def user_fds(self) -> list[int]:
+        """Registered fds that are not the loop's own: what a test may not leave behind."""
+        return [fd for fd in self.readers.keys() | self.writers.keys() if fd not in self._internal]
+
+    # ------------------------------------------------------------------
+
+    def check_no_transport(self, fd: FileDescriptorLike) -> None:
+        """asyncio's rule: the public fd methods must not touch a transport's fd."""
         fileno = fd
         if not isinstance(fileno, int):
             try:
                 fileno = int(fileno.fileno())
             except (AttributeError, TypeError, ValueError):
                 raise ValueError(f"Invalid file object: {fd!r}") from None
-        transport = self._fd_transports.get(fileno)
+        transport = self.transports.get(fileno)
         if transport is not None and not transport.is_closing():
             raise RuntimeError(f"File descriptor {fd!r} is used by transport {transport!r}")
+
+    def close(self) -> None:
+        """Forget every registration and close the poller (the loop is closing)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.readers.clear()
+        self.writers.clear()
+        self._masks.clear()
+        self._internal.clear()
+        self._poller.close()
+
+
+class FdMethods(CoreLoop):
+    """``add_reader``, ``remove_reader``, ``add_writer``, ``remove_writer``."""
+
+    _fds: FdRegistry
 
     def add_reader(
         self,
@@ -219,12 +267,15 @@ class FdLoop(CoreLoop):
         callback: Callable[[Unpack[_Ts]], object],
         *args: *_Ts,
     ) -> None:
-        self._ensure_fd_no_transport(fd)
-        self._add_reader(fd, callback, *args)
+        self._fds.check_no_transport(fd)
+        self._check_closed()
+        self._fds.set_reader(fd_of(fd), Handle(callback, args, self, None))
 
     def remove_reader(self, fd: FileDescriptorLike) -> bool:
-        self._ensure_fd_no_transport(fd)
-        return self._remove_reader(fd)
+        self._fds.check_no_transport(fd)
+        if self._closed:
+            return False
+        return self._fds.remove_reader(fd_of(fd))
 
     def add_writer(
         self,
@@ -232,19 +283,12 @@ class FdLoop(CoreLoop):
         callback: Callable[[Unpack[_Ts]], object],
         *args: *_Ts,
     ) -> None:
-        self._ensure_fd_no_transport(fd)
-        self._add_writer(fd, callback, *args)
+        self._fds.check_no_transport(fd)
+        self._check_closed()
+        self._fds.set_writer(fd_of(fd), Handle(callback, args, self, None))
 
     def remove_writer(self, fd: FileDescriptorLike) -> bool:
-        self._ensure_fd_no_transport(fd)
-        return self._remove_writer(fd)
-
-    # ------------------------------------------------------------------
-
-    def _close(self) -> None:
-        self._remove_reader(self._waker.fileno())
-        self._internal_fds -= 1
-        self._readers.clear()
-        self._writers.clear()
-        self._masks.clear()
-        super()._close()
+        self._fds.check_no_transport(fd)
+        if self._closed:
+            return False
+        return self._fds.remove_writer(fd_of(fd))

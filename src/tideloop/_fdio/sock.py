@@ -1,6 +1,8 @@
-"""SockLoop: asyncio's ``sock_*`` coroutines on non-blocking sockets.
+"""SockMethods: asyncio's ``sock_*`` coroutines on non-blocking sockets.
 
-Layer: fd I/O, above the fd registry (`FdLoop`). Each method first tries the
+Layer: fd I/O. The methods use two components: the fd registry (`FdRegistry`)
+to wait for readiness, and the `Resolver` for ``sock_connect``'s host names.
+Each method first tries the
 system call at once (a ready socket costs no poll round-trip and no
 registration); only if the kernel says "would block" does it register a
 reader or writer that retries the call when the fd is ready, and await a
@@ -15,8 +17,8 @@ Semantics are asyncio's (``selector_events.py``), for every supported Python:
 - An ``ssl.SSLSocket`` is refused with TypeError.
 - Registering on an fd owned by a transport raises RuntimeError.
 - ``sock_connect`` resolves host names for AF_INET/AF_INET6 sockets (through
-  `_ensure_resolved`, which the net layer provides); a failed non-blocking
-  connect reports ``OSError(errno, 'Connect call failed <address>')``.
+  the `Resolver`); a failed non-blocking connect reports
+  ``OSError(errno, 'Connect call failed <address>')``.
 
 Invariants:
 - A pending operation owns exactly one registration, and its future's
@@ -42,12 +44,13 @@ import asyncio
 import functools
 import socket
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-from tideloop._core.clock import Clock
-from tideloop._pollers import Poller
+from tideloop._core.handles import Handle
+from tideloop._core.run import CoreLoop
 
-from .registry import FdLoop
+from .dns import HAS_IPV6, Resolver
+from .registry import FdRegistry, fd_of
 
 _R = TypeVar("_R")
 
@@ -57,8 +60,6 @@ try:
     _SSL_SOCKET: type | None = _ssl.SSLSocket
 except ImportError:  # pragma: no cover
     _SSL_SOCKET = None
-
-HAS_IPV6: Final = hasattr(socket, "AF_INET6")
 
 _Address = Any  # whatever the socket family takes: a tuple, str, bytes...
 
@@ -79,24 +80,11 @@ class _SendallState:
         self.pos = pos
 
 
-class SockLoop(FdLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
+class SockMethods(CoreLoop):
+    """``sock_recv``, ``sock_sendall``, ``sock_connect``, ``sock_accept``, ..."""
 
-    # ------------------------------------------------------------------
-    # Provided by the net layer (tideloop._net.dns): numeric fast path, else
-    # getaddrinfo() in the executor.
-
-    async def _ensure_resolved(
-        self,
-        address: tuple[Any, ...],
-        *,
-        family: int = 0,
-        type: int = socket.SOCK_STREAM,
-        proto: int = 0,
-        flags: int = 0,
-    ) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+    _fds: FdRegistry
+    _resolver: Resolver
 
     # ------------------------------------------------------------------
     # Shared helpers
@@ -107,27 +95,33 @@ class SockLoop(FdLoop):
             raise ValueError("the socket must be non-blocking")
 
     def _sock_read_done(self, fd: int, handle: asyncio.Handle, fut: asyncio.Future[Any]) -> None:
-        if self._readers.get(fd) is handle:
-            self._remove_reader(fd)
+        self._fds.remove_reader_if(fd, handle)
 
     def _sock_write_done(self, fd: int, handle: asyncio.Handle, fut: asyncio.Future[Any]) -> None:
-        if self._writers.get(fd) is handle:
-            self._remove_writer(fd)
+        self._fds.remove_writer_if(fd, handle)
 
     def _wait_readable(
         self, fut: asyncio.Future[Any], sock: socket.socket, callback: Any, *args: Any
     ) -> None:
         fd = sock.fileno()
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_reader(fd, callback, fut, sock, *args)
+        fds = self._fds
+        fds.check_no_transport(fd)
+        self._check_closed()
+        fd = fd_of(fd)
+        handle = Handle(callback, (fut, sock, *args), self, None)
+        fds.set_reader(fd, handle)
         fut.add_done_callback(functools.partial(self._sock_read_done, fd, handle))
 
     def _wait_writable(
         self, fut: asyncio.Future[Any], sock: socket.socket, callback: Any, *args: Any
     ) -> None:
         fd = sock.fileno()
-        self._ensure_fd_no_transport(fd)
-        handle = self._add_writer(fd, callback, fut, sock, *args)
+        fds = self._fds
+        fds.check_no_transport(fd)
+        self._check_closed()
+        fd = fd_of(fd)
+        handle = Handle(callback, (fut, sock, *args), self, None)
+        fds.set_writer(fd, handle)
         fut.add_done_callback(functools.partial(self._sock_write_done, fd, handle))
 
     # ------------------------------------------------------------------
@@ -248,7 +242,7 @@ class SockLoop(FdLoop):
     async def sock_connect(self, sock: socket.socket, address: _Address) -> None:
         self._check_sock(sock)
         if sock.family == socket.AF_INET or (HAS_IPV6 and sock.family == socket.AF_INET6):
-            resolved = await self._ensure_resolved(
+            resolved = await self._resolver.ensure_resolved(
                 address, family=sock.family, type=sock.type, proto=sock.proto
             )
             address = resolved[0][4]

@@ -1,6 +1,9 @@
-"""ConnectLoop: create_connection (happy eyeballs), Unix connections, accepted sockets.
+"""ConnectMethods: create_connection (happy eyeballs), Unix connections, accepted sockets.
 
-Layer: net, above `DnsLoop`. Semantics are asyncio's (``base_events.py``,
+Layer: net. Uses the `Resolver` (fd layer) to resolve, the loop's public
+``sock_connect`` to connect (asyncio calls it through the loop too), and
+the transports layer's ``_create_connection_transport`` to build the
+transport. Semantics are asyncio's (``base_events.py``,
 ``unix_events.py``) for the running Python: the same argument checks and
 messages, the same resolution (literal addresses skip getaddrinfo), the same
 error aggregation ("Multiple exceptions: ..."), ``all_errors`` from 3.12 on.
@@ -26,18 +29,17 @@ Facts / what this means for us (RFC 8305, "Happy Eyeballs v2"):
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from tideloop._core.clock import Clock
 from tideloop._core.errors import logger
+from tideloop._fdio.dns import AddrInfo, Resolver
 from tideloop._fdio.sock import check_ssl_socket
-from tideloop._pollers import Poller
-
-from .dns import AddrInfo, DnsLoop, interleave_addrinfos
+from tideloop._transports.factory import TransportMethods
 
 _PY312: Final = sys.version_info >= (3, 12)
 
@@ -51,9 +53,32 @@ def _bind_error_text(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-class ConnectLoop(DnsLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
+def interleave_addrinfos(
+    addrinfos: list[AddrInfo], first_address_family_count: int = 1
+) -> list[AddrInfo]:
+    """Reorder by family, alternating (RFC 8305 section 4).
+
+    The first *first_address_family_count* entries of the first family come
+    first, then one of each family in turn.
+    """
+    by_family: dict[int, list[AddrInfo]] = {}
+    for info in addrinfos:
+        by_family.setdefault(info[0], []).append(info)
+    lists = list(by_family.values())
+    reordered: list[AddrInfo] = []
+    if first_address_family_count > 1:
+        reordered.extend(lists[0][: first_address_family_count - 1])
+        del lists[0][: first_address_family_count - 1]
+    reordered.extend(
+        info for info in itertools.chain.from_iterable(itertools.zip_longest(*lists)) if info
+    )
+    return reordered
+
+
+class ConnectMethods(TransportMethods):
+    """``create_connection``, ``create_unix_connection``, ``connect_accepted_socket``."""
+
+    _resolver: Resolver
 
     # ------------------------------------------------------------------
     # create_connection
@@ -144,14 +169,14 @@ class ConnectLoop(DnsLoop):
         interleave: int | None,
         all_errors: bool,
     ) -> socket.socket:
-        infos = await self._ensure_resolved(
+        infos = await self._resolver.ensure_resolved(
             (host, port), family=family, type=socket.SOCK_STREAM, proto=proto, flags=flags
         )
         if not infos:
             raise OSError("getaddrinfo() returned empty list")
         laddr_infos: list[AddrInfo] | None = None
         if local_addr is not None:
-            laddr_infos = await self._ensure_resolved(
+            laddr_infos = await self._resolver.ensure_resolved(
                 local_addr, family=family, type=socket.SOCK_STREAM, proto=proto, flags=flags
             )
             if not laddr_infos:

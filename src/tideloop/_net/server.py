@@ -1,7 +1,10 @@
 """Servers: the `Server` object, create_server(), create_unix_server(), accepting.
 
-Layer: net, the top class of it (`NetLoop`, above `ConnectLoop`). We own
-servers: `Server` is our class (an `asyncio.AbstractServer`), with the
+Layer: net. `ServerMethods` holds the loop methods; the state that outlives
+one call (accept-retry timers, Unix socket files to unlink) lives in the
+`Listeners` component. Accepted sockets become transports through the
+transports layer's ``_make_socket_transport``. We own servers: `Server` is
+our class (an `asyncio.AbstractServer`), with the
 behaviour of ``asyncio.Server`` of the running Python:
 
 - 3.11: ``wait_closed()`` returns at once if the server is already closed.
@@ -59,13 +62,14 @@ import weakref
 from asyncio import constants, trsock
 from typing import Any, Final
 
-from tideloop._core.clock import Clock
 from tideloop._core.errors import logger
-from tideloop._fdio.sock import HAS_IPV6, check_ssl_socket
-from tideloop._pollers import Poller
+from tideloop._core.handles import Handle
+from tideloop._fdio.dns import HAS_IPV6, AddrInfo, Resolver
+from tideloop._fdio.registry import FdRegistry
+from tideloop._fdio.sock import check_ssl_socket
+from tideloop._transports.factory import TransportMethods
 
-from .connect import ConnectLoop, ProtocolFactory
-from .dns import AddrInfo
+from .connect import ProtocolFactory
 
 _PY312: Final = sys.version_info >= (3, 12)
 _PY313: Final = sys.version_info >= (3, 13)
@@ -87,7 +91,7 @@ def _set_reuseport(sock: socket.socket) -> None:
 class Server(asyncio.AbstractServer):
     def __init__(  # noqa: PLR0917 (asyncio.Server's signature)
         self,
-        loop: NetLoop,
+        loop: ServerMethods,
         sockets: list[socket.socket],
         protocol_factory: ProtocolFactory,
         ssl_context: Any,
@@ -226,13 +230,29 @@ class Server(asyncio.AbstractServer):
         await waiter
 
 
-class NetLoop(ConnectLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
+class Listeners:
+    """What the loop remembers about its listening sockets between calls."""
+
+    __slots__ = ("retries", "unix_inodes")
+
+    def __init__(self) -> None:
         # Listening Unix sockets to unlink on close: socket -> inode bound.
-        self._unix_server_sockets: dict[socket.socket, int] = {}
+        self.unix_inodes: dict[socket.socket, int] = {}
         # Pending accept retries after EMFILE & co: socket -> timer.
-        self._accept_retries: dict[socket.socket, asyncio.TimerHandle] = {}
+        self.retries: dict[socket.socket, asyncio.TimerHandle] = {}
+
+    def close(self) -> None:
+        """The loop is closing: its timers are gone; forget the sockets."""
+        self.retries.clear()
+        self.unix_inodes.clear()
+
+
+class ServerMethods(TransportMethods):
+    """``create_server``, ``create_unix_server``; accepting connections."""
+
+    _fds: FdRegistry
+    _resolver: Resolver
+    _listeners: Listeners
 
     # ------------------------------------------------------------------
     # Accepting
@@ -247,18 +267,23 @@ class NetLoop(ConnectLoop):
         ssl_handshake_timeout: float | None = constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout: float | None = constants.SSL_SHUTDOWN_TIMEOUT,
     ) -> None:
-        self._accept_retries.pop(sock, None)
-        self._add_reader(
-            sock.fileno(),
+        self._listeners.retries.pop(sock, None)
+        self._check_closed()
+        handle = Handle(
             self._accept_connection,
-            protocol_factory,
-            sock,
-            sslcontext,
-            server,
-            backlog,
-            ssl_handshake_timeout,
-            ssl_shutdown_timeout,
+            (
+                protocol_factory,
+                sock,
+                sslcontext,
+                server,
+                backlog,
+                ssl_handshake_timeout,
+                ssl_shutdown_timeout,
+            ),
+            self,
+            None,
         )
+        self._fds.set_reader(sock.fileno(), handle)
 
     def _accept_connection(  # noqa: PLR0917 (asyncio's signature)
         self,
@@ -291,8 +316,8 @@ class NetLoop(ConnectLoop):
                         "socket": trsock.TransportSocket(sock),
                     }
                 )
-                self._remove_reader(sock.fileno())
-                self._accept_retries[sock] = self.call_later(
+                self._fds.remove_reader(sock.fileno())
+                self._listeners.retries[sock] = self.call_later(
                     constants.ACCEPT_RETRY_DELAY,
                     self._start_serving,
                     protocol_factory,
@@ -333,16 +358,7 @@ class NetLoop(ConnectLoop):
             protocol = protocol_factory()
             extra = {"peername": addr}
             if sslcontext:
-                transport = self._make_ssl_transport(
-                    conn,
-                    protocol,
-                    sslcontext,
-                    server_side=True,
-                    extra=extra,
-                    server=server,
-                    ssl_handshake_timeout=ssl_handshake_timeout,
-                    ssl_shutdown_timeout=ssl_shutdown_timeout,
-                )
+                raise NotImplementedError("TLS transports are not implemented yet in tideloop")
             else:
                 transport = self._make_socket_transport(conn, protocol, extra=extra, server=server)
         except (SystemExit, KeyboardInterrupt):
@@ -364,14 +380,15 @@ class NetLoop(ConnectLoop):
                 self.call_exception_handler(context)
 
     def _stop_serving(self, sock: socket.socket) -> None:
-        path = sock.getsockname() if sock in self._unix_server_sockets else None
-        retry = self._accept_retries.pop(sock, None)
+        listeners = self._listeners
+        path = sock.getsockname() if sock in listeners.unix_inodes else None
+        retry = listeners.retries.pop(sock, None)
         if retry is not None:
             retry.cancel()
-        self._remove_reader(sock.fileno())
+        self._fds.remove_reader(sock.fileno())
         sock.close()
         if path is not None:
-            inode = self._unix_server_sockets.pop(sock)
+            inode = listeners.unix_inodes.pop(sock)
             try:
                 if os.stat(path).st_ino == inode:
                     os.unlink(path)
@@ -386,7 +403,7 @@ class NetLoop(ConnectLoop):
     async def _create_server_getaddrinfo(
         self, host: Any, port: Any, family: int, flags: int
     ) -> list[AddrInfo]:
-        infos = await self._ensure_resolved(
+        infos = await self._resolver.ensure_resolved(
             (host, port), family=family, type=socket.SOCK_STREAM, flags=flags
         )
         if not infos:
@@ -603,7 +620,7 @@ class NetLoop(ConnectLoop):
             bound = sock.getsockname()
             if bound and bound[0] not in (0, "\x00"):
                 try:
-                    self._unix_server_sockets[sock] = os.stat(bound).st_ino
+                    self._listeners.unix_inodes[sock] = os.stat(bound).st_ino
                 except FileNotFoundError:
                     pass
 

@@ -49,8 +49,9 @@ if sys.platform == "linux":
                 pass  # already closed: the kernel dropped it (see module docstring)
 
         def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-            # -1 asks the C code for its default buffer (FD_SETSIZE - 1 events);
-            # more ready fds are reported by the next call (level-triggered).
+            # A timeout of -1 blocks until an fd is ready. maxevents keeps its
+            # default (FD_SETSIZE - 1 events per call); more ready fds are
+            # reported by the next call (level-triggered).
             return self._ep.poll(-1 if timeout is None else timeout)
 
         def close(self) -> None:

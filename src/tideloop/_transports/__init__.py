@@ -1,15 +1,11 @@
-"""The transports layer: stream transports, flow control, sendfile.
+"""The transports layer: stream transports, flow control, sendfile, TLS.
 
 Layer: transports, above fd I/O (`tideloop._fdio`). Imports flow down only:
-this package never imports the net layer or signals.
+this package never imports the net layer or signals. Transports are handed
+the core loop and the fd registry; they never reach into the Loop.
 
     base.py      FlowControlTransport: water marks, pause/resume_writing
     stream.py    SocketTransport: TCP and AF_UNIX stream transport
-    sendfile.py  os.sendfile() driver, the fallback protocol
-    loop.py      TransportLoop(SockLoop): builds transports, sock_sendfile, sendfile
+    factory.py   TransportMethods: builds transports from connected sockets
+    sendfile.py  SendfileMethods: sock_sendfile, sendfile; os.sendfile() driver
 """
-
-from .loop import TransportLoop
-from .stream import SocketTransport
-
-__all__ = ["SocketTransport", "TransportLoop"]

@@ -16,15 +16,27 @@ Invariants:
   `_maybe_resume_protocol` after it shrinks.
 
 The class sets ``__slots__`` (asyncio's transport bases do too) and adds
-``__weakref__``: the loop and servers hold transports weakly.
+``__weakref__``: the fd registry and servers hold transports weakly.
+
+`ConnectionTracker` is what a transport needs from the server that accepted
+it (a net-layer object): to be counted while it lives. The method names are
+asyncio's ``Server._attach``/``_detach``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
-from tideloop._fdio.sock import SockLoop
+from tideloop._core.run import CoreLoop
+
+
+class ConnectionTracker(Protocol):
+    """The server side of a transport's lifetime (``asyncio.Server``'s hooks)."""
+
+    def _attach(self, transport: asyncio.BaseTransport | None = None) -> None: ...
+
+    def _detach(self, transport: asyncio.BaseTransport | None = None) -> None: ...
 
 
 class FlowControlTransport(asyncio.Transport):
@@ -37,19 +49,16 @@ class FlowControlTransport(asyncio.Transport):
         "_protocol_paused",
     )
 
-    _loop: SockLoop
+    _loop: CoreLoop
     # Duck-typed, as in asyncio: any object with the protocol's methods.
     _protocol: Any
 
-    def __init__(self, loop: SockLoop, extra: dict[str, Any] | None) -> None:
+    def __init__(self, loop: CoreLoop, extra: dict[str, Any] | None) -> None:
         super().__init__(extra)
         self._loop = loop
         self._protocol_paused = False
         self._high_water = 64 * 1024
         self._low_water = 16 * 1024
-
-    def get_write_buffer_size(self) -> int:
-        raise NotImplementedError
 
     def _maybe_pause_protocol(self) -> None:
         if self.get_write_buffer_size() <= self._high_water or self._protocol_paused:

@@ -1,7 +1,21 @@
-"""Sendfile machinery: the zero-copy os.sendfile() driver and the fallback protocol.
+"""Sendfile: ``sock_sendfile`` and ``sendfile``, the zero-copy driver, the fallback.
 
-Layer: transports. The loop methods that use these (``sock_sendfile``,
-``sendfile``) live in `tideloop._transports.loop`.
+Layer: transports. `SendfileMethods` holds the two loop methods; they use the
+fd registry (to wait for writability) and, for ``loop.sendfile``, the
+transport's own socket. Semantics are asyncio's (``base_events.py``,
+``selector_events.py``, ``unix_events.py``):
+
+- ``sock_sendfile(sock, file, offset=0, count=None, *, fallback=True)``
+  validates (binary file, SOCK_STREAM, non-negative offset, positive count),
+  tries os.sendfile(), and on SendfileNotAvailableError falls back to
+  reading the file in the executor and ``sock_sendall`` (unless
+  ``fallback=False``). The file position ends at ``offset + sent``.
+- ``sendfile(transport, file, ...)`` refuses closing transports and
+  transports that do not declare sendfile support; for ours it pauses
+  reading, waits for the write buffer to drain, and hands the socket to
+  os.sendfile(); write() raises meanwhile. The fallback writes through the
+  transport with its flow control, under a stand-in protocol (the path TLS
+  transports take).
 
 Facts / what this means for us:
 - ``os.sendfile(out_fd, in_fd, offset, count)`` copies from a file to a
@@ -38,10 +52,15 @@ import io
 import os
 import socket
 import sys
+from asyncio import constants
 from typing import Any, Final
 
 from tideloop._core.handles import Handle
-from tideloop._fdio.sock import SockLoop
+from tideloop._core.run import CoreLoop
+from tideloop._fdio.registry import FdRegistry
+from tideloop._fdio.sock import check_ssl_socket
+
+from .stream import SocketTransport
 
 #: One os.sendfile() call sends at most this (see the module docstring).
 MAX_SENDFILE_CHUNK: Final = sys.maxsize // 2 + 1
@@ -70,6 +89,7 @@ class NativeSendfile:
     __slots__ = (
         "_blocksize",
         "_count",
+        "_fds",
         "_fileno",
         "_first",
         "_handle",
@@ -81,10 +101,17 @@ class NativeSendfile:
         "future",
     )
 
-    def __init__(
-        self, loop: SockLoop, sock_fd: int, fileno: int, offset: int, count: int | None
+    def __init__(  # noqa: PLR0917
+        self,
+        loop: CoreLoop,
+        fds: FdRegistry,
+        sock_fd: int,
+        fileno: int,
+        offset: int,
+        count: int | None,
     ) -> None:
         self._loop = loop
+        self._fds = fds
         self._sock_fd = sock_fd
         self._fileno = fileno
         self._offset = offset
@@ -109,9 +136,7 @@ class NativeSendfile:
     def _unregister(self) -> None:
         if self._registered:
             self._registered = False
-            loop = self._loop
-            if loop._writers.get(self._sock_fd) is self._handle:
-                loop._remove_writer(self._sock_fd)
+            self._fds.remove_writer_if(self._sock_fd, self._handle)
 
     def _finish(self, result: int | None, exc: BaseException | None) -> None:
         self._unregister()
@@ -175,7 +200,7 @@ class NativeSendfile:
 
     def _register(self) -> None:
         if not self._registered:
-            self._loop._set_writer(self._sock_fd, self._handle)
+            self._fds.set_writer(self._sock_fd, self._handle)
             self._registered = True
 
 
@@ -266,3 +291,156 @@ class FallbackProtocol(asyncio.Protocol):
             fut.cancel()
         if self._should_resume_writing:
             self._proto.resume_writing()
+
+
+class SendfileMethods(CoreLoop):
+    """``sock_sendfile``, ``sendfile``."""
+
+    _fds: FdRegistry
+
+    # ------------------------------------------------------------------
+    # sock_sendfile
+
+    async def sock_sendfile(
+        self,
+        sock: socket.socket,
+        file: Any,
+        offset: int = 0,
+        count: int | None = None,
+        *,
+        fallback: bool | None = True,
+    ) -> int:
+        if self._debug and sock.gettimeout() != 0:
+            raise ValueError("the socket must be non-blocking")
+        check_ssl_socket(sock)
+        check_sendfile_params(sock, file, offset, count)
+        try:
+            return await self._sock_sendfile_native(sock, file, offset, count)
+        except asyncio.SendfileNotAvailableError:
+            if not fallback:
+                raise
+        return await self._sock_sendfile_fallback(sock, file, offset, count)
+
+    async def _sock_sendfile_native(
+        self, sock: socket.socket, file: Any, offset: int, count: int | None
+    ) -> int:
+        fileno, blocksize = prepare_native(file, count)
+        if not blocksize:
+            return 0  # empty file
+        self._fds.check_no_transport(sock)
+        op = NativeSendfile(self, self._fds, sock.fileno(), fileno, offset, count)
+        return await op.start(blocksize)
+
+    async def _sock_sendfile_fallback(
+        self, sock: socket.socket, file: Any, offset: int, count: int | None
+    ) -> int:
+        if offset:
+            file.seek(offset)
+        # Read at call time: asyncio's tests lower it.
+        blocksize = constants.SENDFILE_FALLBACK_READBUFFER_SIZE
+        if count:
+            blocksize = min(count, blocksize)
+        buf = bytearray(blocksize)
+        total_sent = 0
+        try:
+            while True:
+                if count:
+                    blocksize = min(count - total_sent, blocksize)
+                    if blocksize <= 0:
+                        break
+                view = memoryview(buf)[:blocksize]
+                read = await self.run_in_executor(None, file.readinto, view)
+                if not read:
+                    break  # EOF
+                await self.sock_sendall(sock, view[:read])
+                total_sent += read
+            return total_sent
+        finally:
+            if total_sent > 0 and hasattr(file, "seek"):
+                file.seek(offset + total_sent)
+
+    # ------------------------------------------------------------------
+    # sendfile on a transport
+
+    async def sendfile(
+        self,
+        transport: asyncio.WriteTransport,
+        file: Any,
+        offset: int = 0,
+        count: int | None = None,
+        *,
+        fallback: bool = True,
+    ) -> int:
+        if transport.is_closing():
+            raise RuntimeError("Transport is closing")
+        mode = getattr(transport, "_sendfile_compatible", constants._SendfileMode.UNSUPPORTED)
+        if mode is constants._SendfileMode.UNSUPPORTED:
+            raise RuntimeError(f"sendfile is not supported for transport {transport!r}")
+        if mode is constants._SendfileMode.TRY_NATIVE:
+            try:
+                return await self._sendfile_native(transport, file, offset, count)
+            except asyncio.SendfileNotAvailableError:
+                if not fallback:
+                    raise
+        if not fallback:
+            raise RuntimeError(
+                f"fallback is disabled and native sendfile is not supported "
+                f"for transport {transport!r}"
+            )
+        return await self._sendfile_fallback(transport, file, offset, count)
+
+    async def _sendfile_native(self, transp: Any, file: Any, offset: int, count: int | None) -> int:
+        if not isinstance(transp, SocketTransport):
+            raise asyncio.SendfileNotAvailableError("sendfile syscall is not supported")
+        resume_reading = transp.is_reading()
+        transp.pause_reading()
+        # Everything written before must go out first; write() raises from
+        # now until we are done.
+        await transp._make_empty_waiter()
+        try:
+            sock = transp._sock
+            if self._debug and sock.gettimeout() != 0:
+                raise ValueError("the socket must be non-blocking")
+            check_sendfile_params(sock, file, offset, count)
+            fileno, blocksize = prepare_native(file, count)
+            if not blocksize:
+                return 0
+            op = NativeSendfile(self, self._fds, transp._sock_fd, fileno, offset, count)
+            # The transport ends the transfer if it loses its socket.
+            transp._sendfile_op = op
+            try:
+                return await op.start(blocksize)
+            finally:
+                if transp._sendfile_op is op:
+                    transp._sendfile_op = None
+        finally:
+            transp._reset_empty_waiter()
+            if resume_reading:
+                transp.resume_reading()
+
+    async def _sendfile_fallback(
+        self, transp: Any, file: Any, offset: int, count: int | None
+    ) -> int:
+        if offset:
+            file.seek(offset)
+        blocksize = min(count, 16384) if count else 16384
+        buf = bytearray(blocksize)
+        total_sent = 0
+        proto = FallbackProtocol(transp)
+        try:
+            while True:
+                if count:
+                    blocksize = min(count - total_sent, blocksize)
+                    if blocksize <= 0:
+                        return total_sent
+                view = memoryview(buf)[:blocksize]
+                read = await self.run_in_executor(None, file.readinto, view)
+                if not read:
+                    return total_sent  # EOF
+                await proto.drain()
+                transp.write(view[:read])
+                total_sent += read
+        finally:
+            if total_sent > 0 and hasattr(file, "seek"):
+                file.seek(offset + total_sent)
+            await proto.restore()

@@ -9,13 +9,12 @@ Hot paths (one readiness event each):
 
 - read: `_read_ready` is the callback of one Handle created with the
   transport and registered/detached on pause/resume, never re-created. For a
-  `Protocol`, one ``recv(max_size)`` with ``max_size`` 64 KiB: measured on
-  this machine, a 1 KiB read costs ~1.3 us with recv(64 KiB) and ~14 us with
-  asyncio's recv(256 KiB) (glibc serves 256 KiB from mmap, so every read maps
-  and unmaps memory, then shrinks the object); recv_into a reusable buffer
-  plus a copy of what arrived costs ~1.4-1.5 us. For bulk transfers 64 KiB
-  reads also win (5.5 vs 3.5-4.5 GB/s over a socketpair). For a
-  `BufferedProtocol`, ``recv_into(protocol.get_buffer(-1))``: no allocation.
+  `Protocol`, one ``recv(max_size)`` with ``max_size`` 64 KiB, where asyncio
+  asks for 256 KiB: glibc serves an allocation that large from mmap, so
+  every read would map and unmap memory and then shrink the bytes object,
+  which costs several times the read itself for small messages (measured in
+  ``bench/results``, divergence "recv-size-64k"). For a `BufferedProtocol`,
+  ``recv_into(protocol.get_buffer(-1))``: no allocation.
 - write: sends at once when nothing is buffered; only the unsent tail is
   buffered (bytes objects are kept as they are, mutable buffers are copied,
   a partly sent chunk is kept as a memoryview slice so a big write is never
@@ -45,7 +44,8 @@ Invariants:
   flag/buffer first.
 - ``connection_lost`` is called at most once (``_conn_lost`` counts the
   scheduling; only the first schedules), and the socket is closed right
-  after it. ``_fd_transports[fd]`` names this transport while it lives.
+  after it. The fd registry's ``transports[fd]`` names this transport while
+  it lives.
 - While a sendfile runs (``_empty_waiter`` set), write()/writelines() raise.
 """
 
@@ -64,9 +64,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
-from tideloop._fdio.sock import SockLoop
+from tideloop._core.run import CoreLoop
+from tideloop._fdio.registry import FdRegistry
 
-from .base import FlowControlTransport
+from .base import ConnectionTracker, FlowControlTransport
 
 if TYPE_CHECKING:
     from .sendfile import NativeSendfile
@@ -115,6 +116,7 @@ class SocketTransport(FlowControlTransport):
         "_conn_lost",
         "_empty_waiter",
         "_eof",
+        "_fds",
         "_paused",
         "_protocol_connected",
         "_read_handle",
@@ -139,18 +141,21 @@ class SocketTransport(FlowControlTransport):
     _buffer: collections.deque[bytes | memoryview]
     _extra: dict[str, Any]  # asyncio.BaseTransport's slot
 
-    def __init__(  # noqa: PLR0917 (asyncio's transport constructor order)
+    def __init__(  # noqa: PLR0917 (asyncio's transport constructor order, then ours)
         self,
-        loop: SockLoop,
+        loop: CoreLoop,
         sock: socket.socket,
         protocol: asyncio.BaseProtocol,
         waiter: asyncio.Future[Any] | None = None,
         extra: dict[str, Any] | None = None,
-        server: Any = None,
+        server: ConnectionTracker | None = None,
+        *,
+        fds: FdRegistry,
     ) -> None:
         # Set first: __del__ reads it even if the constructor fails.
         self._sock_closed = True
         super().__init__(loop, extra)
+        self._fds = fds
         self._extra["socket"] = trsock.TransportSocket(sock)
         try:
             self._extra["sockname"] = sock.getsockname()
@@ -182,7 +187,7 @@ class SocketTransport(FlowControlTransport):
         self._sock_closed = False
         if server is not None:
             server._attach(self)
-        loop._fd_transports[fd] = self
+        fds.transports[fd] = self
         set_nodelay(sock)
 
         loop.call_soon(protocol.connection_made, self)
@@ -221,24 +226,24 @@ class SocketTransport(FlowControlTransport):
         handle = self._read_handle
         if self._reader_on or self._closing or self._paused or handle is None:
             return
-        self._loop._set_reader(self._sock_fd, handle)
+        self._fds.set_reader(self._sock_fd, handle)
         self._reader_on = True
 
     def _stop_reading(self) -> None:
         if self._reader_on:
             self._reader_on = False
-            self._loop._detach_reader(self._sock_fd)
+            self._fds.detach_reader(self._sock_fd)
 
     def _start_writing(self) -> None:
         handle = self._write_handle
         if not self._writer_on and handle is not None:
-            self._loop._set_writer(self._sock_fd, handle)
+            self._fds.set_writer(self._sock_fd, handle)
             self._writer_on = True
 
     def _stop_writing(self) -> None:
         if self._writer_on:
             self._writer_on = False
-            self._loop._detach_writer(self._sock_fd)
+            self._fds.detach_writer(self._sock_fd)
 
     # ------------------------------------------------------------------
     # Protocol

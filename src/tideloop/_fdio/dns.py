@@ -1,7 +1,15 @@
-"""DnsLoop: getaddrinfo() / getnameinfo(), and resolving connect/bind addresses.
+"""Name resolution: the `Resolver` component and ``getaddrinfo``/``getnameinfo``.
 
-Layer: net, the lowest class of it (above the transports layer). It also
-provides `_ensure_resolved`, which the fd layer's ``sock_connect`` calls.
+Layer: fd I/O. Resolution sits this low because asyncio's ``sock_connect``
+(this layer) resolves host names of AF_INET/AF_INET6 addresses; the net
+layer's connect and bind paths use the same `Resolver`. `DnsMethods` is the
+loop's public face of it.
+
+`Resolver.ensure_resolved` (the connect/bind paths) skips resolution for
+literal addresses and otherwise calls the *loop's public* ``getaddrinfo``,
+not its own: asyncio does, and programs and tests replace
+``loop.getaddrinfo`` to stub DNS. That public method, in turn, is
+`Resolver.getaddrinfo`.
 
 Facts / what this means for us:
 - ``socket.getaddrinfo`` may block for seconds (DNS, /etc/hosts, NSS
@@ -24,17 +32,15 @@ Facts / what this means for us:
 
 from __future__ import annotations
 
-import itertools
 import socket
-from typing import Any
+from typing import Any, Final
 
-from tideloop._core.clock import Clock
 from tideloop._core.errors import logger
-from tideloop._fdio.sock import HAS_IPV6
-from tideloop._pollers import Poller
-from tideloop._transports import TransportLoop
+from tideloop._core.run import CoreLoop
 
 AddrInfo = tuple[Any, ...]  # (family, type, proto, canonname, sockaddr)
+
+HAS_IPV6: Final = hasattr(socket, "AF_INET6")
 
 _FAST_PROTOS = frozenset({0, socket.IPPROTO_TCP, socket.IPPROTO_UDP})
 _NUMERIC_FLAGS = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
@@ -110,31 +116,13 @@ def _is_numeric_port(port: object) -> bool:
     return isinstance(port, str) and port.isascii() and port.isdigit()
 
 
-def interleave_addrinfos(
-    addrinfos: list[AddrInfo], first_address_family_count: int = 1
-) -> list[AddrInfo]:
-    """Reorder by family, alternating (RFC 8305 section 4).
+class Resolver:
+    """Resolves addresses for the loop: literal fast path, else getaddrinfo in a thread."""
 
-    The first *first_address_family_count* entries of the first family come
-    first, then one of each family in turn.
-    """
-    by_family: dict[int, list[AddrInfo]] = {}
-    for info in addrinfos:
-        by_family.setdefault(info[0], []).append(info)
-    lists = list(by_family.values())
-    reordered: list[AddrInfo] = []
-    if first_address_family_count > 1:
-        reordered.extend(lists[0][: first_address_family_count - 1])
-        del lists[0][: first_address_family_count - 1]
-    reordered.extend(
-        info for info in itertools.chain.from_iterable(itertools.zip_longest(*lists)) if info
-    )
-    return reordered
+    __slots__ = ("_loop",)
 
-
-class DnsLoop(TransportLoop):
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
-        super().__init__(poller=poller, clock=clock)
+    def __init__(self, loop: CoreLoop) -> None:
+        self._loop = loop
 
     def _getaddrinfo_debug(  # noqa: PLR0917 (socket.getaddrinfo's order, for the executor)
         self, host: Any, port: Any, family: int, type: int, proto: int, flags: int
@@ -151,41 +139,42 @@ class DnsLoop(TransportLoop):
             parts.append(f"flags={flags!r}")
         msg = ", ".join(parts)
         logger.debug("Get address info %s", msg)
-        t0 = self.time()
+        loop = self._loop
+        t0 = loop.time()
         addrinfo = socket.getaddrinfo(host, port, family, type, proto, flags)
-        dt = self.time() - t0
+        dt = loop.time() - t0
         msg = f"Getting address info {msg} took {dt * 1e3:.3f}ms: {addrinfo!r}"
-        if dt >= self.slow_callback_duration:
+        if dt >= loop.slow_callback_duration:
             logger.info(msg)
         else:
             logger.debug(msg)
         return addrinfo
 
-    async def getaddrinfo(
+    async def getaddrinfo(  # noqa: PLR0917 (socket.getaddrinfo's order)
         self,
         host: bytes | str | None,
         port: bytes | str | int | None,
-        *,
-        family: int = 0,
-        type: int = 0,
-        proto: int = 0,
-        flags: int = 0,
+        family: int,
+        type: int,
+        proto: int,
+        flags: int,
     ) -> list[AddrInfo]:
-        if self._debug:
-            return await self.run_in_executor(
+        loop = self._loop
+        if loop._debug:
+            return await loop.run_in_executor(
                 None, self._getaddrinfo_debug, host, port, family, type, proto, flags
             )
         if _is_literal_ip(host) and _is_numeric_port(port):
             # Cannot block (see the module docstring): no thread hop.
             return socket.getaddrinfo(host, port, family, type, proto, flags | _NUMERIC_FLAGS)
-        return await self.run_in_executor(
+        return await loop.run_in_executor(
             None, socket.getaddrinfo, host, port, family, type, proto, flags
         )
 
-    async def getnameinfo(self, sockaddr: tuple[Any, ...], flags: int = 0) -> tuple[str, str]:
-        return await self.run_in_executor(None, socket.getnameinfo, sockaddr, flags)
+    async def getnameinfo(self, sockaddr: tuple[Any, ...], flags: int) -> tuple[str, str]:
+        return await self._loop.run_in_executor(None, socket.getnameinfo, sockaddr, flags)
 
-    async def _ensure_resolved(
+    async def ensure_resolved(
         self,
         address: tuple[Any, ...],
         *,
@@ -198,7 +187,28 @@ class DnsLoop(TransportLoop):
         info = ipaddr_info(host, port, family, type, proto, *address[2:])
         if info is not None:
             return [info]  # already a literal IP address
-        # Through the public method, which users and tests may replace.
-        return await self.getaddrinfo(
+        # Through the loop's public method, which programs and tests replace.
+        return await self._loop.getaddrinfo(
             host, port, family=family, type=type, proto=proto, flags=flags
         )
+
+
+class DnsMethods(CoreLoop):
+    """``getaddrinfo``, ``getnameinfo``."""
+
+    _resolver: Resolver
+
+    async def getaddrinfo(
+        self,
+        host: bytes | str | None,
+        port: bytes | str | int | None,
+        *,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> list[AddrInfo]:
+        return await self._resolver.getaddrinfo(host, port, family, type, proto, flags)
+
+    async def getnameinfo(self, sockaddr: tuple[Any, ...], flags: int = 0) -> tuple[str, str]:
+        return await self._resolver.getnameinfo(sockaddr, flags)

@@ -1,0 +1,69 @@
+"""The loops under test, and `LoopWatch`: what the test base checks on each loop.
+
+Imported by ``conftest.py`` (see its docstring for the rules) and by the
+test base's own tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import tideloop
+from tideloop._pollers import available
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+FACTORIES: dict[str, LoopFactory] = {"asyncio": asyncio.SelectorEventLoop}
+for _name in available():
+    FACTORIES[f"tideloop-{_name}"] = lambda _n=_name: tideloop.new_event_loop(poller=_n)
+TIDELOOP_FACTORIES = [name for name in FACTORIES if name.startswith("tideloop")]
+
+
+def registered_fds(loop: asyncio.AbstractEventLoop) -> set[int]:
+    """fds with a reader or writer registered on *loop*, minus the loop's own."""
+    fds = getattr(loop, "_fds", None)
+    if fds is not None:  # tideloop
+        return set(fds.user_fds())
+    readers = getattr(loop, "_readers", None)
+    if readers is not None:  # tideloop before the fd registry was a component
+        own = {loop._waker.fileno(), loop._sig_rfd}  # type: ignore[attr-defined]
+        return (set(readers) | set(loop._writers)) - own  # type: ignore[attr-defined]
+    selector = getattr(loop, "_selector", None)
+    if selector is None:
+        return set()
+    # The self-pipe is the stdlib loop's only internal registration (its
+    # signal wakeup fd is the self-pipe's other end).
+    ssock = getattr(loop, "_ssock", None)
+    internal = {ssock.fileno()} if ssock is not None else set()
+    return {key.fd for key in selector.get_map().values()} - internal
+
+
+class LoopWatch:
+    """What the loops of one test reported and left behind (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.errors: list[dict[str, Any]] = []
+        self.leftovers: list[str] = []
+        self.errors_expected = False
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+        original_call = loop.call_exception_handler
+        original_close = loop.close
+
+        def call_exception_handler(context: dict[str, Any]) -> None:
+            if loop.get_exception_handler() is None:
+                self.errors.append(context)
+            original_call(context)
+
+        def close() -> None:
+            if not loop.is_closed() and not loop.is_running():
+                left = registered_fds(loop)
+                if left:
+                    self.leftovers.append(f"{loop!r}: fds {sorted(left)} still registered")
+            original_close()
+
+        loop.call_exception_handler = call_exception_handler  # type: ignore[method-assign]
+        loop.close = close  # type: ignore[method-assign]
+        return loop
