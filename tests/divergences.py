@@ -105,8 +105,8 @@ DIVERGENCES: dict[str, Divergence] = {
         "getaddrinfo only on its connect/bind paths, which tideloop does too.",
     ),
     "recv-size-64k": Divergence(
-        what="A stream transport reads at most 64 KiB per recv(), so data_received() gets "
-        "chunks of at most 64 KiB; asyncio reads up to 256 KiB.",
+        what="Stream and pipe transports read at most 64 KiB per call, so data_received() "
+        "gets chunks of at most 64 KiB; asyncio reads up to 256 KiB.",
         why="recv(256 KiB) makes glibc map and unmap the buffer on every read, which costs "
         "several times the read itself for small messages (bench/: protocol echo), and bulk "
         "throughput is no better. TCP never promised chunk boundaries.",
@@ -121,5 +121,39 @@ DIVERGENCES: dict[str, Divergence] = {
         what="Server.start_serving() on a closed server does nothing; asyncio raises "
         "TypeError ('NoneType' object is not iterable) from its internals.",
         why="The TypeError is an accident of asyncio's implementation, not an API.",
+    ),
+    # Datagrams and subprocesses
+    "zero-length-datagrams": Divergence(
+        what="On Python 3.11 and 3.12, DatagramTransport.sendto(b'') sends an empty datagram; "
+        "asyncio before 3.13 returns without sending anything.",
+        why="An empty datagram is a real datagram (protocols use them as keep-alives and "
+        "probes); dropping it silently loses data. asyncio 3.13 sends it too.",
+    ),
+    "datagram-transport-class-3.11": Divergence(
+        what="On Python 3.11, datagram transports are instances of asyncio.DatagramTransport; "
+        "asyncio 3.11's are not (its class derives from the stream transport base only).",
+        why="isinstance(transport, asyncio.DatagramTransport) should hold for a datagram "
+        "transport; asyncio 3.12 fixed its class. Adding a base class breaks nothing.",
+    ),
+    "datagram-buffer-size-drains": Divergence(
+        what="On Python 3.13, a datagram transport's get_write_buffer_size() returns to 0 "
+        "once its queue has drained; asyncio 3.13.0 adds 8 bytes per queued datagram but "
+        "subtracts only the payload, so the size stays above 0 forever.",
+        why="A buffer size that never drains breaks flow control (the protocol may stay "
+        "paused) and anything that waits for the buffer to empty.",
+    ),
+    "own-child-watcher": Divergence(
+        what="On Python 3.11-3.13, tideloop's loops watch their children themselves (pidfd, "
+        "or a thread per child where pidfds are unavailable); asyncio uses the policy's "
+        "child watcher, which a program may replace with set_child_watcher().",
+        why="Child watchers are deprecated since 3.12 and gone in 3.14; a per-loop pidfd "
+        "watcher needs no thread, no SIGCHLD handler and nothing shared between loops.",
+    ),
+    "send-signal-never-reaps": Divergence(
+        what="On Python 3.11 and 3.12, send_signal()/terminate()/kill() on a subprocess "
+        "signal it with os.kill(); asyncio goes through Popen.send_signal(), which reaps a "
+        "child that has just exited, so the child watcher then finds no status and reports "
+        "return code 255.",
+        why="The exit status must not be lost to a race; asyncio 3.13 uses os.kill() too.",
     ),
 }

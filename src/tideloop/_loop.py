@@ -10,6 +10,7 @@ handed to whoever uses it (no component reaches into the Loop):
                                       writer handles, fd -> transport; the core's IoSource
     resolver    _fdio/dns.py          Resolver: literal-address fast path, getaddrinfo
     signals     _signals.py           SignalWatcher: handlers, the wakeup pipe
+    children    _transports/children.py  ChildWatcher: pidfds (or a thread) reap children
     listeners   _net/server.py        Listeners: accept retries, Unix socket files
 
 **Method groups** are where the public methods live, grouped by topic. Each
@@ -19,11 +20,15 @@ lower-layer groups whose methods it calls. The method resolution order is
 exactly this list (a test checks it):
 
     Loop                          here: builds the components
+    DatagramMethods               _net/datagram.py       create_datagram_endpoint
     ServerMethods                 _net/server.py         create_server, create_unix_server
     ConnectMethods                _net/connect.py        create_connection, create_unix_connection,
                                                          connect_accepted_socket
-    TransportMethods              _transports/factory.py _make_socket_transport
+    TransportMethods              _transports/factory.py _make_socket_transport,
+                                                         _make_datagram_transport
     SendfileMethods               _transports/sendfile.py sock_sendfile, sendfile
+    SubprocessMethods             _transports/subprocess.py subprocess_exec, subprocess_shell
+    PipeMethods                   _transports/pipes.py   connect_read_pipe, connect_write_pipe
     SignalMethods                 _signals.py            add/remove_signal_handler
     SockMethods                   _fdio/sock.py          sock_recv, sock_sendall, sock_connect, ...
     DnsMethods                    _fdio/dns.py           getaddrinfo, getnameinfo
@@ -32,8 +37,8 @@ exactly this list (a test checks it):
                                                          debug, threads, executor, async generators
 
 `CoreLoop` is the only class besides `Loop` with an ``__init__``. Methods of
-`asyncio.AbstractEventLoop` not provided yet (TLS, datagram endpoints,
-pipes, subprocesses) raise NotImplementedError from asyncio's base class.
+`asyncio.AbstractEventLoop` not provided yet (TLS) raise
+NotImplementedError from asyncio's base class.
 """
 
 from __future__ import annotations
@@ -47,20 +52,27 @@ from ._fdio.dns import DnsMethods, Resolver
 from ._fdio.registry import FdMethods, FdRegistry
 from ._fdio.sock import SockMethods
 from ._net.connect import ConnectMethods
+from ._net.datagram import DatagramMethods
 from ._net.server import Listeners, ServerMethods
 from ._pollers import Poller, make_poller
 from ._signals import SignalMethods, SignalWatcher
+from ._transports.children import ChildWatcher
 from ._transports.factory import TransportMethods
+from ._transports.pipes import PipeMethods
 from ._transports.sendfile import SendfileMethods
+from ._transports.subprocess import SubprocessMethods
 
 __all__ = ["Loop", "new_event_loop"]
 
 
 class Loop(
+    DatagramMethods,
     ServerMethods,
     ConnectMethods,
     TransportMethods,
     SendfileMethods,
+    SubprocessMethods,
+    PipeMethods,
     SignalMethods,
     SockMethods,
     DnsMethods,
@@ -92,10 +104,12 @@ class Loop(
         self._own(self._signals)
         self._listeners = Listeners()
         self._own(self._listeners)
+        self._children = ChildWatcher(self, fds)
+        self._own(self._children)
 
 
 def new_event_loop(*, poller: Poller | str | None = None, clock: Clock | None = None) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    # mypy sees the AbstractEventLoop methods not provided yet (TLS,
-    # datagram endpoints, pipes, subprocesses) as abstract.
+    # mypy sees the AbstractEventLoop methods not provided yet (TLS) as
+    # abstract.
     return Loop(poller=poller, clock=clock)  # type: ignore[abstract]

@@ -7,6 +7,7 @@ the entry (and its special-casing) should go.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import sys
@@ -328,6 +329,143 @@ def check_start_serving_after_close() -> None:
         loop.close()
 
 
+def check_zero_length_datagrams() -> None:
+    if sys.version_info >= (3, 13):
+        pytest.skip("no divergence on this Python: asyncio 3.13 sends empty datagrams")
+    loop = stdlib_loop()
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.setblocking(False)
+
+    async def main() -> None:
+        transport, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, remote_addr=receiver.getsockname()
+        )
+        transport.sendto(b"")
+        transport.sendto(b"after")
+        await asyncio.sleep(0.05)
+        assert receiver.recv(100) == b"after"  # the empty one never left
+        transport.close()
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        receiver.close()
+
+
+def check_datagram_transport_class() -> None:
+    if sys.version_info >= (3, 12):
+        pytest.skip("no divergence on this Python: asyncio 3.12+ has the base class")
+    loop = stdlib_loop()
+
+    async def main() -> None:
+        transport, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0)
+        )
+        assert not isinstance(transport, asyncio.DatagramTransport)
+        transport.close()
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def check_datagram_buffer_size_drains() -> None:
+    if sys.version_info < (3, 13):
+        pytest.skip("no divergence on this Python: asyncio before 3.13 counts payloads only")
+    import tempfile
+
+    loop = stdlib_loop()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "peer")
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        peer.bind(path)
+        peer.setblocking(False)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock.connect(path)
+
+        async def main() -> int:
+            transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock)
+            for _ in range(50):
+                transport.sendto(b"x" * 1000)
+            received = 0
+            while received < 50:
+                await asyncio.sleep(0.005)
+                try:
+                    while True:
+                        peer.recv(2000)
+                        received += 1
+                except BlockingIOError:
+                    pass
+            await asyncio.sleep(0.01)
+            size = transport.get_write_buffer_size()
+            transport.close()
+            await asyncio.sleep(0)
+            return size
+
+        try:
+            assert loop.run_until_complete(main()) > 0  # asyncio: never drains to 0
+        finally:
+            loop.close()
+            peer.close()
+
+
+def check_own_child_watcher() -> None:
+    if sys.version_info >= (3, 14):
+        pytest.skip("no divergence on this Python: child watchers are gone")
+    from asyncio import unix_events
+
+    used: list[int] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+
+        class Recording(unix_events.ThreadedChildWatcher):
+            def add_child_handler(
+                self, pid: int, callback: Callable[..., object], *a: object
+            ) -> None:
+                used.append(pid)
+                super().add_child_handler(pid, callback, *a)
+
+        policy = asyncio.get_event_loop_policy()
+        old = policy._watcher  # type: ignore[attr-defined]
+        watcher = Recording()
+        policy._watcher = watcher  # type: ignore[attr-defined]
+    loop = stdlib_loop()
+
+    async def main() -> None:
+        proc = await asyncio.create_subprocess_exec("true")
+        await proc.wait()
+
+    try:
+        loop.run_until_complete(main())
+        assert len(used) == 1  # asyncio asked the policy's watcher
+    finally:
+        loop.close()
+        policy._watcher = old  # type: ignore[attr-defined]
+
+
+def check_send_signal_never_reaps() -> None:
+    if sys.version_info >= (3, 13):
+        pytest.skip("no divergence on this Python: asyncio 3.13 uses os.kill()")
+    import subprocess
+    import types
+    from asyncio import base_subprocess
+
+    popen = subprocess.Popen(["true"])
+    try:
+        os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOWAIT)  # a zombie now
+        fake = types.SimpleNamespace(_proc=popen, _check_proc=lambda: None)
+        base_subprocess.BaseSubprocessTransport.send_signal(fake, signal.SIGTERM)  # type: ignore[arg-type]
+        assert popen.returncode == 0  # Popen reaped it: a watcher would find nothing
+    finally:
+        popen.wait()
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
@@ -343,6 +481,11 @@ CHECKS: dict[str, Callable[[], None]] = {
     "recv-size-64k": check_recv_size_64k,
     "sendfile-transport-closed": check_sendfile_transport_closed,
     "start-serving-after-close": check_start_serving_after_close,
+    "zero-length-datagrams": check_zero_length_datagrams,
+    "datagram-transport-class-3.11": check_datagram_transport_class,
+    "datagram-buffer-size-drains": check_datagram_buffer_size_drains,
+    "own-child-watcher": check_own_child_watcher,
+    "send-signal-never-reaps": check_send_signal_never_reaps,
 }
 
 

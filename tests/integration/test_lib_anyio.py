@@ -46,8 +46,6 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.tls import TLSAttribute, TLSListener
 
 TLS_NOT_BUILT = "TLS: not built yet"
-UDP_NOT_BUILT = "UDP (create_datagram_endpoint): not built yet"
-SUBPROCESS_NOT_BUILT = "subprocesses (subprocess_exec/shell): not built yet"
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -177,10 +175,7 @@ def test_unix_stream_and_datagram_sockets(loop_factory: LoopFactory, tmp_path: P
     run(main, loop_factory)
 
 
-def test_udp_sockets(
-    loop_factory: LoopFactory, expect_missing_feature: Callable[[str], None]
-) -> None:
-    expect_missing_feature(UDP_NOT_BUILT)
+def test_udp_sockets(loop_factory: LoopFactory) -> None:
 
     async def main() -> None:
         async with await anyio.create_udp_socket(local_host="127.0.0.1") as server:
@@ -198,10 +193,7 @@ def test_udp_sockets(
     run(main, loop_factory)
 
 
-def test_subprocesses(
-    loop_factory: LoopFactory, expect_missing_feature: Callable[[str], None]
-) -> None:
-    expect_missing_feature(SUBPROCESS_NOT_BUILT)
+def test_subprocesses(loop_factory: LoopFactory) -> None:
     upper = "import sys; sys.stdout.write(sys.stdin.read().upper())"
     lines = "import sys\nfor line in sys.stdin: print(len(line.strip()), flush=True)"
 

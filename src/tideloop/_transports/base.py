@@ -1,7 +1,9 @@
-"""FlowControlTransport: write flow control shared by writing transports.
+"""Transport bases: write flow control, and the lifecycle of fd transports.
 
-Layer: transports. A writing transport buffers what the kernel would not take
-at once and tells its protocol to stop producing when the buffer grows past
+Layer: transports.
+
+`WriteFlowControl`: a writing transport buffers what the kernel would
+not take at once and tells its protocol to stop producing when the buffer grows past
 the *high-water mark* (``protocol.pause_writing()``), and to go on when it
 drains to the *low-water mark* (``protocol.resume_writing()``). This is what
 asyncio's ``_FlowControlMixin`` does, with the same defaults (64 KiB high,
@@ -15,8 +17,12 @@ Invariants:
   call `_maybe_pause_protocol` after the buffer grows and
   `_maybe_resume_protocol` after it shrinks.
 
-The class sets ``__slots__`` (asyncio's transport bases do too) and adds
-``__weakref__``: the fd registry and servers hold transports weakly.
+`FdTransport` sets ``__slots__`` (asyncio's transport bases do too) and
+adds ``__weakref__``: the fd registry and servers hold transports weakly.
+A concrete transport combines `FdTransport`, `WriteFlowControl` if it
+writes, and the matching asyncio class (``asyncio.Transport``,
+``DatagramTransport``, ``ReadTransport``, ``WriteTransport``), so that it is
+an instance of exactly the asyncio classes asyncio's own would be.
 
 `ConnectionTracker` is what a transport needs from the server that accepted
 it (a net-layer object): to be counted while it lives. The method names are
@@ -26,9 +32,15 @@ asyncio's ``Server._attach``/``_detach``.
 from __future__ import annotations
 
 import asyncio
+import collections
+import warnings
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from tideloop._core.errors import logger
+from tideloop._core.handles import Handle
 from tideloop._core.run import CoreLoop
+from tideloop._fdio.registry import FdRegistry
 
 
 class ConnectionTracker(Protocol):
@@ -39,26 +51,257 @@ class ConnectionTracker(Protocol):
     def _detach(self, transport: asyncio.BaseTransport | None = None) -> None: ...
 
 
-class FlowControlTransport(asyncio.Transport):
+class FdTransport(asyncio.BaseTransport):
+    """A transport over one fd (a socket or a pipe): registration and lifecycle.
+
+    What asyncio's ``_SelectorTransport`` and its pipe transports share:
+
+    - one read Handle and one write Handle, created once and registered with
+      the fd registry or detached (never re-created; see the invariants);
+    - ``pause_reading``/``resume_reading``/``is_reading``;
+    - ``close()`` (connection_lost once the write buffer has drained),
+      ``abort()`` and ``_fatal_error()`` (OSErrors are how connections end:
+      logged at debug level only; anything else goes to the exception
+      handler), then ``connection_lost`` exactly once, after which the fd is
+      closed (through *closer*) and the server, if any, is told.
+
+    Subclasses keep what they have not sent in ``_buffer`` and its size in
+    ``_buffer_size`` (in whatever unit asyncio reports for that transport).
+
+    Invariants:
+    - ``_reader_on`` is True exactly while the read Handle is registered,
+      ``_writer_on`` likewise for the write Handle. A Handle detached while
+      already queued for this iteration may still run once, so the
+      subclasses' callbacks check their state first.
+    - ``_conn_lost`` counts the scheduling of connection_lost (only the first
+      schedules); ``_fd_closed`` is True once the fd was given back.
+    """
+
     __slots__ = (
         "__weakref__",
+        "_buffer",
+        "_buffer_size",
+        "_closer",
+        "_closing",
+        "_conn_lost",
+        "_fd",
+        "_fd_closed",
+        "_fds",
         "_high_water",
         "_loop",
         "_low_water",
+        "_paused",
         "_protocol",
+        "_protocol_connected",
         "_protocol_paused",
+        "_read_handle",
+        "_reader_on",
+        "_server",
+        "_write_handle",
+        "_writer_on",
     )
 
-    _loop: CoreLoop
+    _buffer: collections.deque[Any]
+    _extra: dict[str, Any]  # asyncio.BaseTransport's slot
     # Duck-typed, as in asyncio: any object with the protocol's methods.
     _protocol: Any
 
-    def __init__(self, loop: CoreLoop, extra: dict[str, Any] | None) -> None:
+    def __init__(  # noqa: PLR0917
+        self,
+        loop: CoreLoop,
+        fds: FdRegistry,
+        fd: int,
+        extra: dict[str, Any] | None,
+        server: ConnectionTracker | None,
+        closer: Callable[[], None],
+        read_ready: Callable[[], None],
+        write_ready: Callable[[], None],
+    ) -> None:
+        # Set first: __del__ reads it even if a constructor fails.
+        self._fd_closed = True
         super().__init__(extra)
         self._loop = loop
         self._protocol_paused = False
         self._high_water = 64 * 1024
         self._low_water = 16 * 1024
+        self._fds = fds
+        self._fd = fd
+        self._closer = closer
+        self._server = server
+        self._buffer = collections.deque()
+        self._buffer_size = 0
+        self._conn_lost = 0
+        self._closing = False
+        self._paused = False
+        self._protocol_connected = False
+        self._reader_on = False
+        self._writer_on = False
+        self._read_handle: asyncio.Handle | None = Handle(read_ready, (), loop, None)
+        self._write_handle: asyncio.Handle | None = Handle(write_ready, (), loop, None)
+        self._fd_closed = False
+
+    def __repr__(self) -> str:
+        info = [type(self).__name__]
+        if self._fd_closed:
+            info.append("closed")
+        elif self._closing:
+            info.append("closing")
+        info.append(f"fd={self._fd}")
+        if not self._fd_closed and not self._loop.is_closed():
+            info.append("read=polling" if self._reader_on else "read=idle")
+            state = "polling" if self._writer_on else "idle"
+            info.append(f"write=<{state}, bufsize={self._buffer_size}>")
+        return "<{}>".format(" ".join(info))
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        if not self._fd_closed:
+            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            self._fd_closed = True
+            self._closer()
+            server = self._server
+            if server is not None:
+                self._server = None
+                server._detach(self)
+
+    # ------------------------------------------------------------------
+    # Registration of the two handles
+
+    def _start_reading(self) -> None:
+        handle = self._read_handle
+        if self._reader_on or self._closing or self._paused or handle is None:
+            return
+        self._fds.set_reader(self._fd, handle)
+        self._reader_on = True
+
+    def _stop_reading(self) -> None:
+        if self._reader_on:
+            self._reader_on = False
+            self._fds.detach_reader(self._fd)
+
+    def _start_writing(self) -> None:
+        handle = self._write_handle
+        if not self._writer_on and handle is not None:
+            self._fds.set_writer(self._fd, handle)
+            self._writer_on = True
+
+    def _stop_writing(self) -> None:
+        if self._writer_on:
+            self._writer_on = False
+            self._fds.detach_writer(self._fd)
+
+    # ------------------------------------------------------------------
+    # Protocol and reading
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol
+        self._protocol_connected = True
+
+    def get_protocol(self) -> Any:
+        return self._protocol
+
+    def is_reading(self) -> bool:
+        return not self._closing and not self._paused
+
+    def pause_reading(self) -> None:
+        if self._closing or self._paused:
+            return
+        self._paused = True
+        self._stop_reading()
+        if self._loop._debug:
+            logger.debug("%r pauses reading", self)
+
+    def resume_reading(self) -> None:
+        if self._closing or not self._paused:
+            return
+        self._paused = False
+        self._start_reading()
+        if self._loop._debug:
+            logger.debug("%r resumes reading", self)
+
+    # ------------------------------------------------------------------
+    # Closing
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._stop_reading()
+        if not self._buffer:
+            self._conn_lost += 1
+            self._stop_writing()
+            self._loop.call_soon(self._call_connection_lost, None)
+
+    def abort(self) -> None:
+        self._force_close(None)
+
+    def _fatal_error(self, exc: BaseException, message: str = "Fatal error on transport") -> None:
+        if isinstance(exc, OSError):
+            # Resets and broken pipes are how connections end; asyncio
+            # reports them to the protocol only.
+            if self._loop._debug:
+                logger.debug("%r: %s", self, message, exc_info=True)
+        else:
+            self._loop.call_exception_handler(
+                {
+                    "message": message,
+                    "exception": exc,
+                    "transport": self,
+                    "protocol": self._protocol,
+                }
+            )
+        self._force_close(exc)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        if self._conn_lost:
+            return
+        if self._buffer:
+            self._buffer.clear()
+            self._buffer_size = 0
+            self._stop_writing()
+        if not self._closing:
+            self._closing = True
+            self._stop_reading()
+        self._conn_lost += 1
+        self._loop.call_soon(self._call_connection_lost, exc)
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        if self._fd_closed:
+            return
+        try:
+            if self._protocol_connected:
+                self._protocol.connection_lost(exc)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """After connection_lost: unregister, close the fd, tell the server."""
+        self._stop_reading()
+        self._stop_writing()
+        self._fd_closed = True
+        self._closer()
+        self._protocol = None
+        # Break the transport <-> handle cycles: the handles' callbacks are
+        # bound methods of this transport.
+        self._read_handle = self._write_handle = None
+        server = self._server
+        if server is not None:
+            self._server = None
+            server._detach(self)
+
+
+class WriteFlowControl(FdTransport):
+    """An `FdTransport` that writes: the water marks and pause/resume_writing.
+
+    No state of its own: the attributes it uses are `FdTransport`'s slots.
+    """
+
+    __slots__ = ()
+
+    def get_write_buffer_size(self) -> int:
+        return self._buffer_size
 
     def _maybe_pause_protocol(self) -> None:
         if self.get_write_buffer_size() <= self._high_water or self._protocol_paused:
@@ -111,3 +354,18 @@ class FlowControlTransport(asyncio.Transport):
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._set_write_buffer_limits(high=high, low=low)
         self._maybe_pause_protocol()
+
+    def _consume(self, n: int) -> None:
+        """Drop *n* sent bytes from the front of the buffer."""
+        buffer = self._buffer
+        self._buffer_size -= n
+        while n:
+            chunk = buffer[0]
+            size = len(chunk)
+            if size <= n:
+                buffer.popleft()
+                n -= size
+            else:
+                # A memoryview slice: the rest is never copied.
+                buffer[0] = memoryview(chunk)[n:]
+                break

@@ -19,11 +19,12 @@ from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
 from .base import ConnectionTracker
+from .datagram import DatagramTransport
 from .stream import SocketTransport
 
 
 class TransportMethods(CoreLoop):
-    """``_make_socket_transport``, ``_create_connection_transport``."""
+    """Sockets to transports: ``_make_socket_transport``, ``_make_datagram_transport``."""
 
     _fds: FdRegistry
 
@@ -41,6 +42,17 @@ class TransportMethods(CoreLoop):
     ) -> SocketTransport:
         self._fds.check_no_transport(sock)
         return SocketTransport(self, sock, protocol, waiter, extra, server, fds=self._fds)
+
+    def _make_datagram_transport(
+        self,
+        sock: socket.socket,
+        protocol: asyncio.BaseProtocol,
+        address: Any = None,
+        waiter: asyncio.Future[Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> DatagramTransport:
+        self._fds.check_no_transport(sock)
+        return DatagramTransport(self, sock, protocol, address, waiter, extra, fds=self._fds)
 
     async def _create_connection_transport(  # noqa: PLR0917 (asyncio's signature)
         self,

@@ -405,7 +405,7 @@ class SendfileMethods(CoreLoop):
             fileno, blocksize = prepare_native(file, count)
             if not blocksize:
                 return 0
-            op = NativeSendfile(self, self._fds, transp._sock_fd, fileno, offset, count)
+            op = NativeSendfile(self, self._fds, transp._fd, fileno, offset, count)
             # The transport ends the transfer if it loses its socket.
             transp._sendfile_op = op
             try:

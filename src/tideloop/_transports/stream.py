@@ -36,16 +36,10 @@ Facts / what this means for us:
   not held back by Nagle's algorithm waiting for the peer's ACK.
 - sendmsg() takes at most IOV_MAX (usually 1024) buffers per call.
 
-Invariants:
-- ``_reader_on`` is True exactly while our read Handle is registered for the
-  fd, ``_writer_on`` likewise for the write Handle, which is registered
-  exactly while the buffer is not empty. A Handle detached while already
-  queued for this iteration may still run once: both callbacks check their
-  flag/buffer first.
-- ``connection_lost`` is called at most once (``_conn_lost`` counts the
-  scheduling; only the first schedules), and the socket is closed right
-  after it. The fd registry's ``transports[fd]`` names this transport while
-  it lives.
+Invariants (with those of `FdTransport`, which owns registration and the
+lifecycle):
+- The write Handle is registered exactly while the buffer is not empty.
+- The fd registry's ``transports[fd]`` names this transport while it lives.
 - While a sendfile runs (``_empty_waiter`` set), write()/writelines() raise.
 """
 
@@ -55,19 +49,17 @@ import asyncio
 import collections
 import os
 import socket
-import warnings
 from asyncio import constants, trsock
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.errors import logger
-from tideloop._core.handles import Handle
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
-from .base import ConnectionTracker, FlowControlTransport
+from .base import ConnectionTracker, WriteFlowControl
 
 if TYPE_CHECKING:
     from .sendfile import NativeSendfile
@@ -107,27 +99,13 @@ def _byte_view(data: memoryview) -> memoryview:
     return data
 
 
-class SocketTransport(FlowControlTransport):
+class SocketTransport(WriteFlowControl, asyncio.Transport):
     __slots__ = (
-        "_buffer",
-        "_buffer_size",
         "_buffered",
-        "_closing",
-        "_conn_lost",
         "_empty_waiter",
         "_eof",
-        "_fds",
-        "_paused",
-        "_protocol_connected",
-        "_read_handle",
-        "_reader_on",
         "_sendfile_op",
-        "_server",
         "_sock",
-        "_sock_closed",
-        "_sock_fd",
-        "_write_handle",
-        "_writer_on",
     )
 
     #: Bytes asked of one recv() for a Protocol (see the module docstring).
@@ -139,7 +117,6 @@ class SocketTransport(FlowControlTransport):
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
 
     _buffer: collections.deque[bytes | memoryview]
-    _extra: dict[str, Any]  # asyncio.BaseTransport's slot
 
     def __init__(  # noqa: PLR0917 (asyncio's transport constructor order, then ours)
         self,
@@ -153,9 +130,11 @@ class SocketTransport(FlowControlTransport):
         fds: FdRegistry,
     ) -> None:
         # Set first: __del__ reads it even if the constructor fails.
-        self._sock_closed = True
-        super().__init__(loop, extra)
-        self._fds = fds
+        self._fd_closed = True
+        fd = sock.fileno()
+        super().__init__(
+            loop, fds, fd, extra, server, sock.close, self._read_ready, self._write_ready
+        )
         self._extra["socket"] = trsock.TransportSocket(sock)
         try:
             self._extra["sockname"] = sock.getsockname()
@@ -167,24 +146,11 @@ class SocketTransport(FlowControlTransport):
             except OSError:
                 self._extra["peername"] = None
         self._sock = sock
-        self._sock_fd = fd = sock.fileno()
-        self._protocol_connected = False
         self._buffered = False
         self.set_protocol(protocol)
-        self._server = server
-        self._buffer = collections.deque()
-        self._buffer_size = 0
-        self._conn_lost = 0
-        self._closing = False
-        self._paused = False
         self._eof = False
         self._empty_waiter: asyncio.Future[None] | None = None
         self._sendfile_op: NativeSendfile | None = None
-        self._reader_on = False
-        self._writer_on = False
-        self._read_handle: asyncio.Handle | None = Handle(self._read_ready, (), loop, None)
-        self._write_handle: asyncio.Handle | None = Handle(self._write_ready, (), loop, None)
-        self._sock_closed = False
         if server is not None:
             server._attach(self)
         fds.transports[fd] = self
@@ -196,87 +162,13 @@ class SocketTransport(FlowControlTransport):
         if waiter is not None:
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
 
-    def __repr__(self) -> str:
-        info = [type(self).__name__]
-        if self._sock_closed:
-            info.append("closed")
-        elif self._closing:
-            info.append("closing")
-        info.append(f"fd={self._sock_fd}")
-        if not self._sock_closed and not self._loop.is_closed():
-            info.append("read=polling" if self._reader_on else "read=idle")
-            state = "polling" if self._writer_on else "idle"
-            info.append(f"write=<{state}, bufsize={self._buffer_size}>")
-        return "<{}>".format(" ".join(info))
-
-    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
-        if not self._sock_closed:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
-            self._sock_closed = True
-            self._sock.close()
-            server = self._server
-            if server is not None:
-                self._server = None
-                server._detach(self)
-
     # ------------------------------------------------------------------
-    # Registration of our two handles (see the invariants above)
-
-    def _start_reading(self) -> None:
-        handle = self._read_handle
-        if self._reader_on or self._closing or self._paused or handle is None:
-            return
-        self._fds.set_reader(self._sock_fd, handle)
-        self._reader_on = True
-
-    def _stop_reading(self) -> None:
-        if self._reader_on:
-            self._reader_on = False
-            self._fds.detach_reader(self._sock_fd)
-
-    def _start_writing(self) -> None:
-        handle = self._write_handle
-        if not self._writer_on and handle is not None:
-            self._fds.set_writer(self._sock_fd, handle)
-            self._writer_on = True
-
-    def _stop_writing(self) -> None:
-        if self._writer_on:
-            self._writer_on = False
-            self._fds.detach_writer(self._sock_fd)
-
-    # ------------------------------------------------------------------
-    # Protocol
+    # Protocol and reading
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._buffered = isinstance(protocol, asyncio.BufferedProtocol)
         self._protocol = protocol
         self._protocol_connected = True
-
-    def get_protocol(self) -> Any:
-        return self._protocol
-
-    # ------------------------------------------------------------------
-    # Reading
-
-    def is_reading(self) -> bool:
-        return not self._closing and not self._paused
-
-    def pause_reading(self) -> None:
-        if self._closing or self._paused:
-            return
-        self._paused = True
-        self._stop_reading()
-        if self._loop._debug:
-            logger.debug("%r pauses reading", self)
-
-    def resume_reading(self) -> None:
-        if self._closing or not self._paused:
-            return
-        self._paused = False
-        self._start_reading()
-        if self._loop._debug:
-            logger.debug("%r resumes reading", self)
 
     def _read_ready(self) -> None:
         if not self._reader_on:
@@ -352,9 +244,6 @@ class SocketTransport(FlowControlTransport):
 
     # ------------------------------------------------------------------
     # Writing
-
-    def get_write_buffer_size(self) -> int:
-        return self._buffer_size
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if type(data) is not bytes:
@@ -462,21 +351,6 @@ class SocketTransport(FlowControlTransport):
         if self._buffer_size > self._high_water:
             self._maybe_pause_protocol()
 
-    def _consume(self, n: int) -> None:
-        """Drop *n* sent bytes from the front of the buffer."""
-        buffer = self._buffer
-        self._buffer_size -= n
-        while n:
-            chunk = buffer[0]
-            size = len(chunk)
-            if size <= n:
-                buffer.popleft()
-                n -= size
-            else:
-                # A memoryview slice: the rest is never copied.
-                buffer[0] = memoryview(chunk)[n:]
-                break
-
     def _write_ready(self) -> None:
         buffer = self._buffer
         if not buffer or self._conn_lost:
@@ -529,54 +403,8 @@ class SocketTransport(FlowControlTransport):
     # ------------------------------------------------------------------
     # Closing
 
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def close(self) -> None:
-        if self._closing:
-            return
-        self._closing = True
-        self._stop_reading()
-        if not self._buffer:
-            self._conn_lost += 1
-            self._stop_writing()
-            self._loop.call_soon(self._call_connection_lost, None)
-
-    def abort(self) -> None:
-        self._force_close(None)
-
-    def _fatal_error(self, exc: BaseException, message: str = "Fatal error on transport") -> None:
-        if isinstance(exc, OSError):
-            # Resets and broken pipes are how connections end; asyncio
-            # reports them to the protocol only.
-            if self._loop._debug:
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
-        self._force_close(exc)
-
-    def _force_close(self, exc: BaseException | None) -> None:
-        if self._conn_lost:
-            return
-        if self._buffer:
-            self._buffer.clear()
-            self._buffer_size = 0
-            self._stop_writing()
-        if not self._closing:
-            self._closing = True
-            self._stop_reading()
-        self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
-
     def _call_connection_lost(self, exc: BaseException | None) -> None:
-        if self._sock_closed:
+        if self._fd_closed:
             return
         try:
             if self._protocol_connected:
@@ -588,18 +416,7 @@ class SocketTransport(FlowControlTransport):
                 # fd number can be reused.
                 self._sendfile_op = None
                 op.abort(ConnectionError("Connection is closed by peer"))
-            self._stop_reading()
-            self._stop_writing()
-            self._sock_closed = True
-            self._sock.close()
-            self._protocol = None
-            # Break the transport <-> handle cycles: the handles' callbacks
-            # are bound methods of this transport.
-            self._read_handle = self._write_handle = None
-            server = self._server
-            if server is not None:
-                self._server = None
-                server._detach(self)
+            self._release()
             waiter = self._empty_waiter
             if waiter is not None and not waiter.done():
                 waiter.set_exception(ConnectionError("Connection is closed by peer"))

@@ -1,0 +1,146 @@
+"""ChildWatcher: learns when a child process exits, and reaps it.
+
+Layer: transports. A component: the Loop builds one, hands it the core loop
+and the fd registry, and owns it (it is closed with the loop). The
+subprocess transport asks it to `watch` each child it starts.
+
+Facts / what this means for us:
+- A child that exits stays a zombie until its parent reaps it with
+  ``waitpid``; the exit status comes from that call. Every child we start
+  must be reaped exactly once, by us.
+- Linux >= 5.3 has pid file descriptors: ``os.pidfd_open(pid)`` gives an fd
+  that turns readable when the process exits. So a child is watched like a
+  socket: no thread, no SIGCHLD handler, nothing shared between loops or
+  with other code that starts processes. ``waitpid(pid, 0)`` then returns at
+  once. A pidfd can be opened for a zombie (a child that already exited),
+  so there is no race between starting a child and watching it.
+- Elsewhere (older kernels, other systems, or where a seccomp policy
+  refuses pidfd_open) a thread per child blocks in ``waitpid(pid, 0)`` and
+  hands the status to the loop with ``call_soon_threadsafe``: asyncio's
+  ThreadedChildWatcher. SIGCHLD handlers are not used at all: there is
+  only one per process, it would conflict with other code, and it only
+  works in the main thread.
+- If someone else reaped the child first (a ``waitpid(-1)`` elsewhere in the
+  program), the status is lost: asyncio then reports return code 255 with a
+  warning, and so do we.
+- asyncio on Python 3.11-3.13 uses the *policy's* child watcher, which a
+  program may replace (deprecated since 3.12, gone in 3.14); tideloop's
+  loops always use their own (``tests/divergences.py``,
+  "own-child-watcher").
+
+Invariants:
+- A watched child's callback is called exactly once, in the loop's thread,
+  with the child reaped; its pidfd (if any) is closed then.
+- ``close()`` (the loop is closing) closes the pidfds of children still
+  running; children that have already exited are reaped then, so that no
+  zombie is left behind by a closing loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from tideloop._core.errors import logger
+from tideloop._core.handles import Handle
+from tideloop._core.run import CoreLoop
+from tideloop._fdio.registry import FdRegistry
+
+#: ``callback(pid, returncode)``.
+ExitCallback = Callable[[int, int], object]
+
+
+def _can_use_pidfd() -> bool:
+    if sys.platform != "linux":
+        return False
+    else:  # mypy checks platform-guarded code only as an if/else branch
+        try:
+            os.close(os.pidfd_open(os.getpid(), 0))
+        except (AttributeError, OSError):
+            return False  # too old a Python/kernel, or refused by a seccomp policy
+        return True
+
+
+#: Whether this process can watch children with pidfds (checked once).
+HAS_PIDFD: Final = _can_use_pidfd()
+
+_thread_ids = itertools.count()
+
+
+def _reap(pid: int) -> int:
+    """waitpid(pid) and the return code (255 if someone else reaped it)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        logger.warning(
+            "child process pid %d exit status already read:  will report returncode 255", pid
+        )
+        return 255
+    return os.waitstatus_to_exitcode(status)
+
+
+class ChildWatcher:
+    __slots__ = ("_fds", "_loop", "_pidfds", "use_pidfd")
+
+    def __init__(self, loop: CoreLoop, fds: FdRegistry, *, use_pidfd: bool = HAS_PIDFD) -> None:
+        self._loop = loop
+        self._fds = fds
+        self.use_pidfd = use_pidfd
+        # pid -> pidfd, for children watched through pidfds and not yet reaped.
+        self._pidfds: dict[int, int] = {}
+
+    def watch(self, pid: int, callback: ExitCallback) -> None:
+        """Call ``callback(pid, returncode)`` in the loop once *pid* has exited."""
+        if self.use_pidfd and sys.platform == "linux":
+            try:
+                pidfd = os.pidfd_open(pid, 0)
+            except ProcessLookupError:
+                pass  # already reaped by someone else: the thread reports 255
+            else:
+                self._pidfds[pid] = pidfd
+                handle = Handle(self._exited, (pid, pidfd, callback), self._loop, None)
+                self._fds.add_internal_reader(pidfd, handle)
+                return
+        thread = threading.Thread(
+            target=self._wait_in_thread,
+            args=(pid, callback),
+            name=f"tideloop-waitpid-{next(_thread_ids)}",
+            daemon=True,
+        )
+        thread.start()
+
+    def _exited(self, pid: int, pidfd: int, callback: ExitCallback) -> None:
+        self._fds.remove_internal_reader(pidfd)
+        del self._pidfds[pid]
+        os.close(pidfd)
+        returncode = _reap(pid)
+        if self._loop._debug:
+            logger.debug("process %s exited with returncode %s", pid, returncode)
+        callback(pid, returncode)
+
+    def _wait_in_thread(self, pid: int, callback: ExitCallback) -> None:
+        returncode = _reap(pid)
+        loop = self._loop
+        if loop.is_closed():
+            logger.warning("Loop %r that handles pid %r is closed", loop, pid)
+            return
+        if loop._debug:
+            logger.debug("process %s exited with returncode %s", pid, returncode)
+        try:
+            loop.call_soon_threadsafe(callback, pid, returncode)
+        except RuntimeError:  # closed since the check
+            logger.warning("Loop %r that handles pid %r is closed", loop, pid)
+
+    def close(self) -> None:
+        for pid, pidfd in self._pidfds.items():
+            self._fds.remove_internal_reader(pidfd)
+            os.close(pidfd)
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap it if it has exited
+            except ChildProcessError:
+                pass
+        self._pidfds.clear()

@@ -1,0 +1,496 @@
+"""Subprocesses: the subprocess transport, and ``subprocess_exec``/``subprocess_shell``.
+
+Layer: transports. `SubprocessTransport` is an ``asyncio.SubprocessTransport``
+with the semantics of asyncio's ``base_subprocess`` for the running Python
+(what ``asyncio.create_subprocess_exec`` and its ``Process`` build on): the
+child is started with ``subprocess.Popen`` (so every Popen argument works),
+its pipes become our pipe transports, and the `ChildWatcher` component
+reports its exit. `SubprocessMethods` holds the loop methods.
+
+The protocol sees, in this order: ``connection_made``; then, in the order
+they happened, ``pipe_data_received(fd, data)``,
+``pipe_connection_lost(fd, exc)`` and ``process_exited()``; and last
+``connection_lost(None)``, once the process has exited *and* every pipe has
+closed. ``Process.wait()`` (``_wait``) returns only then: a child that exits
+while a grandchild still holds its stdout keeps ``wait()`` waiting, as in
+asyncio.
+
+- ``close()`` closes the pipes and, if the child is still running, kills
+  it (SIGKILL); the exit is still reaped and reported.
+- ``send_signal``/``terminate``/``kill`` signal the pid with ``os.kill``, and
+  a child that has already been reaped is not an error. (asyncio before 3.13
+  went through ``Popen.send_signal``, which may reap the child itself and so
+  lose its exit status to the watcher; ``tests/divergences.py``,
+  "send-signal-never-reaps".)
+- Bad arguments are refused as asyncio refuses them: ``universal_newlines``,
+  ``text``, ``encoding``, ``errors``, ``bufsize`` other than 0, ``shell`` for
+  exec (ValueError); a missing or non-executable program or a missing
+  ``cwd`` raise Popen's own errors, with every pipe closed and nothing
+  watched.
+
+Invariants:
+- ``_pending_calls`` is a list until ``connection_made`` has been
+  scheduled, and None after: protocol callbacks that happen earlier (an
+  exit reported before the pipes were connected) are queued in order and
+  scheduled right after it.
+- ``connection_lost`` is scheduled once (``_finished``), after
+  ``process_exited`` and after every pipe's ``pipe_connection_lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
+from collections.abc import Callable
+from typing import Any
+
+from tideloop._core.errors import logger
+
+from .children import ChildWatcher
+from .pipes import PipeMethods
+
+_FD = int
+
+
+class _PipeProto(asyncio.Protocol):
+    """The protocol of one of the child's pipes: forwards to the transport."""
+
+    __slots__ = ("disconnected", "fd", "pipe", "proc")
+
+    def __init__(self, proc: SubprocessTransport, fd: _FD) -> None:
+        self.proc: SubprocessTransport | None = proc
+        self.fd = fd
+        self.pipe: asyncio.BaseTransport | None = None
+        self.disconnected = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} fd={self.fd} pipe={self.pipe!r}>"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.pipe = transport
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.disconnected = True
+        proc = self.proc
+        if proc is not None:
+            self.proc = None
+            proc._pipe_connection_lost(self.fd, exc)
+
+    def pause_writing(self) -> None:
+        if self.proc is not None:
+            self.proc._protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.proc is not None:
+            self.proc._protocol.resume_writing()
+
+    def data_received(self, data: bytes) -> None:
+        if self.proc is not None:
+            self.proc._pipe_data_received(self.fd, data)
+
+
+def _is_running(pid: int) -> bool:
+    """Has child *pid* not exited yet? Asked without reaping it (the watcher must)."""
+    if sys.platform == "linux":
+        try:
+            return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+    else:  # no waitid: assume it runs (killing a zombie is harmless)
+        return True
+
+
+class SubprocessTransport(asyncio.SubprocessTransport):
+    _extra: dict[str, Any]  # asyncio.BaseTransport's slot
+
+    def __init__(  # noqa: PLR0917 (asyncio's order)
+        self,
+        loop: SubprocessMethods,
+        protocol: asyncio.BaseProtocol,
+        args: Any,
+        shell: bool,
+        stdin: Any,
+        stdout: Any,
+        stderr: Any,
+        bufsize: int,
+        waiter: asyncio.Future[None] | None = None,
+        extra: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(extra)
+        self._closed = False
+        self._protocol: Any = protocol
+        self._loop = loop
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+        self._returncode: int | None = None
+        self._exit_waiters: list[asyncio.Future[int]] | None = []
+        self._pending_calls: list[tuple[Callable[..., object], tuple[Any, ...]]] | None = []
+        self._pipes: dict[_FD, _PipeProto | None] = {}
+        self._finished = False
+        if stdin == subprocess.PIPE:
+            self._pipes[0] = None
+        if stdout == subprocess.PIPE:
+            self._pipes[1] = None
+        if stderr == subprocess.PIPE:
+            self._pipes[2] = None
+        try:
+            self._proc = proc = subprocess.Popen(
+                args,
+                shell=shell,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                universal_newlines=False,
+                bufsize=bufsize,
+                **kwargs,
+            )
+        except BaseException:
+            self.close()
+            raise
+        self._pid = proc.pid
+        self._extra["subprocess"] = proc
+        if loop._debug:
+            program = args if isinstance(args, (bytes, str)) else args[0]
+            logger.debug("process %r created: pid %s", program, self._pid)
+        self._connect_pipes(waiter)
+
+    def _connect_pipes(self, waiter: asyncio.Future[None] | None) -> None:
+        """Our pipe transports on the child's pipes, then connection_made."""
+        proc = self._proc
+        assert proc is not None
+        loop = self._loop
+        try:
+            if proc.stdin is not None:
+                self._pipes[0] = proto = _PipeProto(self, 0)
+                loop._make_write_pipe_transport(proc.stdin, proto)
+            if proc.stdout is not None:
+                self._pipes[1] = proto = _PipeProto(self, 1)
+                loop._make_read_pipe_transport(proc.stdout, proto)
+            if proc.stderr is not None:
+                self._pipes[2] = proto = _PipeProto(self, 2)
+                loop._make_read_pipe_transport(proc.stderr, proto)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            if waiter is not None and not waiter.cancelled():
+                waiter.set_exception(exc)
+            return
+        # The pipes' connection_made calls are queued before ours.
+        loop.call_soon(self._protocol.connection_made, self)
+        pending = self._pending_calls
+        self._pending_calls = None
+        if pending:
+            for callback, data in pending:
+                loop.call_soon(callback, *data)
+        if waiter is not None:
+            loop.call_soon(_set_result_unless_cancelled, waiter, None)
+
+    def __repr__(self) -> str:
+        info = [type(self).__name__]
+        if self._closed:
+            info.append("closed")
+        if self._pid is not None:
+            info.append(f"pid={self._pid}")
+        if self._returncode is not None:
+            info.append(f"returncode={self._returncode}")
+        elif self._pid is not None:
+            info.append("running")
+        else:
+            info.append("not started")
+        stdin = self._pipes.get(0)
+        if stdin is not None:
+            info.append(f"stdin={stdin.pipe}")
+        stdout = self._pipes.get(1)
+        stderr = self._pipes.get(2)
+        if stdout is not None and stderr is stdout:
+            info.append(f"stdout=stderr={stdout.pipe}")
+        else:
+            if stdout is not None:
+                info.append(f"stdout={stdout.pipe}")
+            if stderr is not None:
+                info.append(f"stderr={stderr.pipe}")
+        return "<{}>".format(" ".join(info))
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        if not self._closed:
+            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            self.close()
+
+    # ------------------------------------------------------------------
+    # asyncio.SubprocessTransport
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol
+
+    def get_protocol(self) -> Any:
+        return self._protocol
+
+    def is_closing(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for proto in self._pipes.values():
+            if proto is not None and proto.pipe is not None:
+                proto.pipe.close()
+        proc = self._proc
+        if proc is not None and self._returncode is None and _is_running(proc.pid):
+            if self._loop._debug:
+                logger.warning("Close running child process: kill %r", self)
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # exited meanwhile, or running setuid
+
+    def get_pid(self) -> int:
+        assert self._pid is not None
+        return self._pid
+
+    def get_returncode(self) -> int | None:
+        return self._returncode
+
+    def get_pipe_transport(self, fd: int) -> Any:
+        proto = self._pipes.get(fd)
+        return None if proto is None else proto.pipe
+
+    def _check_proc(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise ProcessLookupError()
+        return self._proc
+
+    def send_signal(self, signal: int) -> None:
+        proc = self._check_proc()
+        try:
+            os.kill(proc.pid, signal)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    # ------------------------------------------------------------------
+    # Events, in order (see the invariants)
+
+    def _call(self, callback: Callable[..., object], *data: Any) -> None:
+        pending = self._pending_calls
+        if pending is not None:
+            pending.append((callback, data))
+        else:
+            self._loop.call_soon(callback, *data)
+
+    def _pipe_connection_lost(self, fd: int, exc: BaseException | None) -> None:
+        self._call(self._protocol.pipe_connection_lost, fd, exc)
+        self._try_finish()
+
+    def _pipe_data_received(self, fd: int, data: bytes) -> None:
+        self._call(self._protocol.pipe_data_received, fd, data)
+
+    def _process_exited(self, returncode: int) -> None:
+        if self._returncode is not None:
+            return
+        if self._loop._debug:
+            logger.info("%r exited with return code %r", self, returncode)
+        self._returncode = returncode
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            # The watcher reaped it: give Popen the status (else Popen's
+            # __del__ warns that the child is still running).
+            proc.returncode = returncode
+        self._call(self._protocol.process_exited)
+        self._try_finish()
+
+    def _child_exited(self, pid: int, returncode: int) -> None:
+        """The watcher's callback; one iteration later, as asyncio."""
+        self._loop.call_soon(self._process_exited, returncode)
+
+    async def _wait(self) -> int:
+        """The return code, once the process has exited and its pipes closed."""
+        if self._returncode is not None:
+            return self._returncode
+        waiters = self._exit_waiters
+        if waiters is None:  # finished, yet no return code: cannot happen
+            raise ProcessLookupError()
+        waiter: asyncio.Future[int] = self._loop.create_future()
+        waiters.append(waiter)
+        return await waiter
+
+    def _try_finish(self) -> None:
+        if self._finished or self._returncode is None:
+            return
+        if all(p is not None and p.disconnected for p in self._pipes.values()):
+            self._finished = True
+            self._call(self._call_connection_lost, None)
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            waiters = self._exit_waiters
+            self._exit_waiters = None
+            if waiters:
+                for waiter in waiters:
+                    if not waiter.cancelled():
+                        waiter.set_result(self._returncode)  # type: ignore[arg-type]
+            self._proc = None
+            self._protocol = None
+
+
+def _check_subprocess_args(
+    universal_newlines: bool, bufsize: int, text: Any, encoding: Any, errors: Any
+) -> None:
+    if universal_newlines:
+        raise ValueError("universal_newlines must be False")
+    if bufsize != 0:
+        raise ValueError("bufsize must be 0")
+    if text:
+        raise ValueError("text must be False")
+    if encoding is not None:
+        raise ValueError("encoding must be None")
+    if errors is not None:
+        raise ValueError("errors must be None")
+
+
+class SubprocessMethods(PipeMethods):
+    """``subprocess_exec``, ``subprocess_shell``."""
+
+    _children: ChildWatcher
+
+    async def subprocess_shell(  # type: ignore[override]
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        cmd: bytes | str,
+        *,
+        stdin: Any = subprocess.PIPE,
+        stdout: Any = subprocess.PIPE,
+        stderr: Any = subprocess.PIPE,
+        universal_newlines: bool = False,
+        shell: bool = True,
+        bufsize: int = 0,
+        encoding: Any = None,
+        errors: Any = None,
+        text: Any = None,
+        **kwargs: Any,
+    ) -> tuple[asyncio.SubprocessTransport, asyncio.BaseProtocol]:
+        if not isinstance(cmd, (bytes, str)):
+            raise ValueError("cmd must be a string")
+        if universal_newlines:
+            raise ValueError("universal_newlines must be False")
+        if not shell:
+            raise ValueError("shell must be True")
+        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
+        protocol = protocol_factory()
+        debug_log = None
+        if self._debug:
+            # Not the arguments: they may hold secrets, and be long.
+            debug_log = f"run shell command {cmd!r}"
+            self._log_subprocess(debug_log, stdin, stdout, stderr)
+        transport = await self._make_subprocess_transport(
+            protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs
+        )
+        if debug_log is not None:
+            logger.info("%s: %r", debug_log, transport)
+        return transport, protocol
+
+    async def subprocess_exec(  # type: ignore[override]
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        program: Any,
+        *args: Any,
+        stdin: Any = subprocess.PIPE,
+        stdout: Any = subprocess.PIPE,
+        stderr: Any = subprocess.PIPE,
+        universal_newlines: bool = False,
+        shell: bool = False,
+        bufsize: int = 0,
+        encoding: Any = None,
+        errors: Any = None,
+        text: Any = None,
+        **kwargs: Any,
+    ) -> tuple[asyncio.SubprocessTransport, asyncio.BaseProtocol]:
+        if universal_newlines:
+            raise ValueError("universal_newlines must be False")
+        if shell:
+            raise ValueError("shell must be False")
+        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
+        popen_args = (program, *args)
+        protocol = protocol_factory()
+        debug_log = None
+        if self._debug:
+            debug_log = f"execute program {program!r}"
+            self._log_subprocess(debug_log, stdin, stdout, stderr)
+        transport = await self._make_subprocess_transport(
+            protocol, popen_args, False, stdin, stdout, stderr, bufsize, **kwargs
+        )
+        if debug_log is not None:
+            logger.info("%s: %r", debug_log, transport)
+        return transport, protocol
+
+    def _log_subprocess(self, msg: str, stdin: Any, stdout: Any, stderr: Any) -> None:
+        info = [msg]
+        if stdin is not None:
+            info.append(f"stdin={_format_pipe(stdin)}")
+        if stdout is not None and stderr == subprocess.STDOUT:
+            info.append(f"stdout=stderr={_format_pipe(stdout)}")
+        else:
+            if stdout is not None:
+                info.append(f"stdout={_format_pipe(stdout)}")
+            if stderr is not None:
+                info.append(f"stderr={_format_pipe(stderr)}")
+        logger.debug(" ".join(info))
+
+    async def _make_subprocess_transport(  # noqa: PLR0917 (asyncio's order)
+        self,
+        protocol: asyncio.BaseProtocol,
+        args: Any,
+        shell: bool,
+        stdin: Any,
+        stdout: Any,
+        stderr: Any,
+        bufsize: int,
+        extra: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> SubprocessTransport:
+        self._check_closed()
+        waiter: asyncio.Future[None] = self.create_future()
+        transport = SubprocessTransport(
+            self,
+            protocol,
+            args,
+            shell,
+            stdin,
+            stdout,
+            stderr,
+            bufsize,
+            waiter=waiter,
+            extra=extra,
+            **kwargs,
+        )
+        self._children.watch(transport.get_pid(), transport._child_exited)
+        try:
+            await waiter
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException:
+            transport.close()
+            await transport._wait()
+            raise
+        return transport
+
+
+def _format_pipe(fd: Any) -> str:
+    if fd == subprocess.PIPE:
+        return "<pipe>"
+    if fd == subprocess.STDOUT:
+        return "<stdout>"
+    return repr(fd)
