@@ -24,7 +24,8 @@ exactly this list (a test checks it):
     ServerMethods                 _net/server.py         create_server, create_unix_server
     ConnectMethods                _net/connect.py        create_connection, create_unix_connection,
                                                          connect_accepted_socket
-    TransportMethods              _transports/factory.py _make_socket_transport,
+    TransportMethods              _transports/factory.py start_tls, _make_socket_transport,
+                                                         _make_ssl_transport,
                                                          _make_datagram_transport
     SendfileMethods               _transports/sendfile.py sock_sendfile, sendfile
     SubprocessMethods             _transports/subprocess.py subprocess_exec, subprocess_shell
@@ -36,9 +37,8 @@ exactly this list (a test checks it):
     CoreLoop                      _core/run.py           scheduling, run loop, lifecycle, errors,
                                                          debug, threads, executor, async generators
 
-`CoreLoop` is the only class besides `Loop` with an ``__init__``. Methods of
-`asyncio.AbstractEventLoop` not provided yet (TLS) raise
-NotImplementedError from asyncio's base class.
+`CoreLoop` is the only class besides `Loop` with an ``__init__``. Every
+method of `asyncio.AbstractEventLoop` is provided.
 """
 
 from __future__ import annotations
@@ -110,6 +110,4 @@ class Loop(
 
 def new_event_loop(*, poller: Poller | str | None = None, clock: Clock | None = None) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    # mypy sees the AbstractEventLoop methods not provided yet (TLS) as
-    # abstract.
-    return Loop(poller=poller, clock=clock)  # type: ignore[abstract]
+    return Loop(poller=poller, clock=clock)

@@ -29,7 +29,7 @@ import hashlib
 import random
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -37,7 +37,6 @@ import aiohttp.abc
 import pytest
 from aiohttp import web
 
-TLS_NOT_BUILT = "TLS: not built yet"
 N_URLS = 300
 POOL_LIMIT = 20
 CHUNK = 16 * 1024
@@ -229,9 +228,7 @@ def test_concurrent_fetches_over_https(
     loop: asyncio.AbstractEventLoop,
     server_ssl_context: ssl.SSLContext,
     client_ssl_context: ssl.SSLContext,
-    expect_missing_feature: Callable[[str], None],
 ) -> None:
-    expect_missing_feature(TLS_NOT_BUILT)
 
     async def main() -> None:
         async with Site(server_ssl_context) as site:

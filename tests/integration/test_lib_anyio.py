@@ -45,8 +45,6 @@ from anyio.abc import ByteStream, SocketAttribute, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.tls import TLSAttribute, TLSListener
 
-TLS_NOT_BUILT = "TLS: not built yet"
-
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 

@@ -19,14 +19,11 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
-from collections.abc import Callable
 from pathlib import Path
 
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.asyncio.server import ServerConnection, broadcast, serve, unix_serve
 from websockets.exceptions import ConnectionClosed
-
-TLS_NOT_BUILT = "TLS: not built yet"
 
 N_CLIENTS = 120
 N_MESSAGES = 6
@@ -137,9 +134,7 @@ def test_echo_over_tls(
     loop: asyncio.AbstractEventLoop,
     server_ssl_context: ssl.SSLContext,
     client_ssl_context: ssl.SSLContext,
-    expect_missing_feature: Callable[[str], None],
 ) -> None:
-    expect_missing_feature(TLS_NOT_BUILT)
 
     async def main() -> None:
         async with serve(echo, "127.0.0.1", 0, ssl=server_ssl_context) as server:

@@ -53,6 +53,7 @@ import asyncio
 import collections.abc
 import contextvars
 import errno
+import functools
 import itertools
 import os
 import socket
@@ -353,12 +354,25 @@ class ServerMethods(TransportMethods):
         ssl_shutdown_timeout: float | None,
     ) -> None:
         protocol = None
-        transport = None
+        transport: asyncio.BaseTransport | None = None
         try:
             protocol = protocol_factory()
             extra = {"peername": addr}
             if sslcontext:
-                raise NotImplementedError("TLS transports are not implemented yet in tideloop")
+                # The handshake's outcome arrives later, through the waiter.
+                waiter: asyncio.Future[None] = self.create_future()
+                transport = self._make_ssl_transport(
+                    conn,
+                    protocol,
+                    sslcontext,
+                    waiter,
+                    server_side=True,
+                    extra=extra,
+                    server=server,
+                    ssl_handshake_timeout=ssl_handshake_timeout,
+                    ssl_shutdown_timeout=ssl_shutdown_timeout,
+                )
+                waiter.add_done_callback(functools.partial(self._tls_accepted, protocol, transport))
             else:
                 transport = self._make_socket_transport(conn, protocol, extra=extra, server=server)
         except (SystemExit, KeyboardInterrupt):
@@ -368,16 +382,40 @@ class ServerMethods(TransportMethods):
                 conn.close()
             else:
                 transport.close()
-            if self._debug:
-                context: dict[str, Any] = {
-                    "message": "Error on transport creation for incoming connection",
-                    "exception": exc,
-                }
-                if protocol is not None:
-                    context["protocol"] = protocol
-                if transport is not None:
-                    context["transport"] = transport
-                self.call_exception_handler(context)
+            self._report_accept_error(exc, protocol, transport)
+
+    def _tls_accepted(
+        self,
+        protocol: asyncio.BaseProtocol,
+        transport: asyncio.BaseTransport,
+        waiter: asyncio.Future[None],
+    ) -> None:
+        """An accepted TLS connection's handshake ended (asyncio awaits it in a task)."""
+        if waiter.cancelled():
+            transport.close()
+            return
+        exc = waiter.exception()
+        if exc is not None:
+            transport.close()
+            self._report_accept_error(exc, protocol, transport)
+
+    def _report_accept_error(
+        self,
+        exc: BaseException,
+        protocol: asyncio.BaseProtocol | None,
+        transport: asyncio.BaseTransport | None,
+    ) -> None:
+        # A failed connection is the client's problem: only debug mode reports it.
+        if self._debug:
+            context: dict[str, Any] = {
+                "message": "Error on transport creation for incoming connection",
+                "exception": exc,
+            }
+            if protocol is not None:
+                context["protocol"] = protocol
+            if transport is not None:
+                context["transport"] = transport
+            self.call_exception_handler(context)
 
     def _stop_serving(self, sock: socket.socket) -> None:
         listeners = self._listeners

@@ -19,6 +19,9 @@ Invariants:
 
 `FdTransport` sets ``__slots__`` (asyncio's transport bases do too) and
 adds ``__weakref__``: the fd registry and servers hold transports weakly.
+It also keeps ``__dict__``: asyncio's concrete transports have one, and
+programs and tests set attributes on transports (replacing a method with a
+mock, say). The dict is only created when something is stored in it.
 A concrete transport combines `FdTransport`, `WriteFlowControl` if it
 writes, and the matching asyncio class (``asyncio.Transport``,
 ``DatagramTransport``, ``ReadTransport``, ``WriteTransport``), so that it is
@@ -78,6 +81,7 @@ class FdTransport(asyncio.BaseTransport):
     """
 
     __slots__ = (
+        "__dict__",
         "__weakref__",
         "_buffer",
         "_buffer_size",

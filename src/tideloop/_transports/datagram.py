@@ -1,6 +1,7 @@
 """DatagramTransport: UDP and AF_UNIX datagram sockets.
 
-Layer: transports. An `asyncio.DatagramTransport` with the semantics of
+Layer: transports. An ``asyncio.DatagramTransport`` (and, like asyncio's own,
+an ``asyncio.Transport``) with the semantics of
 asyncio's ``_SelectorDatagramTransport`` (``selector_events.py``) for the
 running Python; registration and lifecycle (pause/resume, close, abort,
 fatal errors, connection_lost) come from `FdTransport`.
@@ -63,7 +64,7 @@ _INET_FAMILIES: Final = (socket.AF_INET, getattr(socket, "AF_INET6", socket.AF_I
 _Address = Any
 
 
-class DatagramTransport(WriteFlowControl, asyncio.DatagramTransport):
+class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTransport):
     __slots__ = ("_address", "_connected", "_read_buf", "_sock")
 
     #: asyncio's read size, kept for code that reads it; see the docstring.

@@ -4,15 +4,23 @@ Layer: transports. The net layer's connect and accept paths, and
 ``connect_accepted_socket``, hand a connected socket here; what comes back
 is a transport whose protocol's ``connection_made`` is scheduled. The
 method names are asyncio's (``_make_socket_transport``,
-``_create_connection_transport``), which asyncio-aware code and tests call.
-Every transport is handed the components it uses (the core loop, the fd
-registry, its server as a `ConnectionTracker`); none reaches into the loop.
+``_make_ssl_transport``, ``_create_connection_transport``), which
+asyncio-aware code and tests call. Every transport is handed the components
+it uses (the core loop, the fd registry, its server as a
+`ConnectionTracker`); none reaches into the loop.
+
+TLS is a `TLSProtocol` (``tls.py``) installed as the protocol of a stream
+transport, exactly as asyncio layers its ``SSLProtocol``; the application
+gets the TLS protocol's app-facing transport. ``start_tls`` puts one between
+an existing stream transport and its protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl as _ssl
+from asyncio import constants
 from typing import Any
 
 from tideloop._core.run import CoreLoop
@@ -21,6 +29,8 @@ from tideloop._fdio.registry import FdRegistry
 from .base import ConnectionTracker
 from .datagram import DatagramTransport
 from .stream import SocketTransport
+from .tls import TLSProtocol, TLSTransport
+from .tls import start_tls as _start_tls
 
 
 class TransportMethods(CoreLoop):
@@ -42,6 +52,57 @@ class TransportMethods(CoreLoop):
     ) -> SocketTransport:
         self._fds.check_no_transport(sock)
         return SocketTransport(self, sock, protocol, waiter, extra, server, fds=self._fds)
+
+    def _make_ssl_transport(
+        self,
+        rawsock: socket.socket,
+        protocol: asyncio.BaseProtocol,
+        sslcontext: _ssl.SSLContext | None,
+        waiter: asyncio.Future[Any] | None = None,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        extra: dict[str, Any] | None = None,
+        server: ConnectionTracker | None = None,
+        ssl_handshake_timeout: float | None = constants.SSL_HANDSHAKE_TIMEOUT,
+        ssl_shutdown_timeout: float | None = constants.SSL_SHUTDOWN_TIMEOUT,
+    ) -> TLSTransport:
+        tls = TLSProtocol(
+            self,
+            protocol,
+            sslcontext,
+            waiter,
+            server_side,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        self._make_socket_transport(rawsock, tls, extra=extra, server=server)
+        app_transport = tls._app_transport
+        assert app_transport is not None
+        return app_transport
+
+    async def start_tls(
+        self,
+        transport: asyncio.BaseTransport,
+        protocol: asyncio.BaseProtocol,
+        sslcontext: _ssl.SSLContext,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> asyncio.Transport | None:
+        return await _start_tls(
+            self,
+            transport,
+            protocol,
+            sslcontext,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
 
     def _make_datagram_transport(
         self,
@@ -69,8 +130,21 @@ class TransportMethods(CoreLoop):
         waiter: asyncio.Future[None] = self.create_future()
         transport: asyncio.Transport
         if ssl:
-            sock.close()
-            raise NotImplementedError("TLS transports are not implemented yet in tideloop")
+            sslcontext = None if isinstance(ssl, bool) else ssl
+            try:
+                transport = self._make_ssl_transport(
+                    sock,
+                    protocol,
+                    sslcontext,
+                    waiter,
+                    server_side=server_side,
+                    server_hostname=server_hostname,
+                    ssl_handshake_timeout=ssl_handshake_timeout,
+                    ssl_shutdown_timeout=ssl_shutdown_timeout,
+                )
+            except BaseException:
+                sock.close()
+                raise
         else:
             transport = self._make_socket_transport(sock, protocol, waiter)
         try:

@@ -77,6 +77,23 @@ def _closed_by_peer_message(transport: object) -> None:
     logger.info("%r was closed by peer", transport)
 
 
+def _pipe_repr(transport: FdTransport, state: str) -> str:
+    """asyncio's pipe transport repr: ``<Class [closing] fd=N state>``."""
+    info = [type(transport).__name__]
+    if transport._fd_closed:
+        info.append("closed")
+    elif transport._closing:
+        info.append("closing")
+    info.append(f"fd={transport._fd}")
+    if transport._fd_closed:
+        info.append("closed")
+    elif transport._loop.is_closed():
+        info.append("open")
+    else:
+        info.append(state)
+    return "<{}>".format(" ".join(info))
+
+
 class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
     __slots__ = ("_pipe",)
 
@@ -108,6 +125,9 @@ class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
         loop.call_soon(self._start_reading)
         if waiter is not None:
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
+
+    def __repr__(self) -> str:
+        return _pipe_repr(self, "polling" if self._reader_on else "idle")
 
     def _read_ready(self) -> None:
         if not self._reader_on:
@@ -200,6 +220,10 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
             loop.call_soon(self._start_reading)
         if waiter is not None:
             loop.call_soon(_set_result_unless_cancelled, waiter, None)
+
+    def __repr__(self) -> str:
+        polling = "polling" if self._writer_on else "idle"
+        return _pipe_repr(self, f"{polling} bufsize={self._buffer_size}")
 
     def _peer_closed(self) -> None:
         if not self._reader_on:

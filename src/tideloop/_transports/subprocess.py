@@ -16,7 +16,7 @@ while a grandchild still holds its stdout keeps ``wait()`` waiting, as in
 asyncio.
 
 - ``close()`` closes the pipes and, if the child is still running, kills
-  it (SIGKILL); the exit is still reaped and reported.
+  it (``Popen.kill()``, SIGKILL); the exit is still reaped and reported.
 - ``send_signal``/``terminate``/``kill`` signal the pid with ``os.kill``, and
   a child that has already been reaped is not an error. (asyncio before 3.13
   went through ``Popen.send_signal``, which may reap the child itself and so
@@ -45,7 +45,6 @@ import signal
 import subprocess
 import sys
 import warnings
-from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
 from collections.abc import Callable
 from typing import Any
 
@@ -158,38 +157,57 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         if loop._debug:
             program = args if isinstance(args, (bytes, str)) else args[0]
             logger.debug("process %r created: pid %s", program, self._pid)
-        self._connect_pipes(waiter)
+        loop.create_task(self._connect_pipes(waiter))
 
-    def _connect_pipes(self, waiter: asyncio.Future[None] | None) -> None:
-        """Our pipe transports on the child's pipes, then connection_made."""
+    async def _connect_pipes(self, waiter: asyncio.Future[None] | None) -> None:
+        """Pipe transports on the child's pipes, then connection_made.
+
+        Through the loop's public ``connect_*_pipe`` methods, as asyncio
+        does: code that wraps them (tests do) sees the child's pipes too.
+        """
         proc = self._proc
         assert proc is not None
         loop = self._loop
         try:
             if proc.stdin is not None:
-                self._pipes[0] = proto = _PipeProto(self, 0)
-                loop._make_write_pipe_transport(proc.stdin, proto)
+                _, proto = await loop.connect_write_pipe(lambda: _PipeProto(self, 0), proc.stdin)
+                self._pipes[0] = proto  # type: ignore[assignment]
             if proc.stdout is not None:
-                self._pipes[1] = proto = _PipeProto(self, 1)
-                loop._make_read_pipe_transport(proc.stdout, proto)
+                _, proto = await loop.connect_read_pipe(lambda: _PipeProto(self, 1), proc.stdout)
+                self._pipes[1] = proto  # type: ignore[assignment]
             if proc.stderr is not None:
-                self._pipes[2] = proto = _PipeProto(self, 2)
-                loop._make_read_pipe_transport(proc.stderr, proto)
+                _, proto = await loop.connect_read_pipe(lambda: _PipeProto(self, 2), proc.stderr)
+                self._pipes[2] = proto  # type: ignore[assignment]
+            loop.call_soon(self._protocol.connection_made, self)
+            pending = self._pending_calls
+            self._pending_calls = None
+            if pending:
+                for callback, data in pending:
+                    loop.call_soon(callback, *data)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
+            self._forget_unconnected_pipes()
             if waiter is not None and not waiter.cancelled():
                 waiter.set_exception(exc)
-            return
-        # The pipes' connection_made calls are queued before ours.
-        loop.call_soon(self._protocol.connection_made, self)
-        pending = self._pending_calls
-        self._pending_calls = None
-        if pending:
-            for callback, data in pending:
-                loop.call_soon(callback, *data)
-        if waiter is not None:
-            loop.call_soon(_set_result_unless_cancelled, waiter, None)
+        else:
+            if waiter is not None and not waiter.cancelled():
+                waiter.set_result(None)
+
+    def _forget_unconnected_pipes(self) -> None:
+        """After a failed connect: close the child's pipes we have no transport for.
+
+        Otherwise `_try_finish` would wait for them forever, and so would
+        ``_wait()`` (asyncio hangs there).
+        """
+        proc = self._proc
+        for fd in [fd for fd, proto in self._pipes.items() if proto is None]:
+            del self._pipes[fd]
+            if proc is not None:
+                pipe = (proc.stdin, proc.stdout, proc.stderr)[fd]
+                if pipe is not None:
+                    pipe.close()
+        self._try_finish()
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
@@ -246,7 +264,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             if self._loop._debug:
                 logger.warning("Close running child process: kill %r", self)
             try:
-                os.kill(proc.pid, signal.SIGKILL)
+                proc.kill()
             except (ProcessLookupError, PermissionError):
                 pass  # exited meanwhile, or running setuid
 

@@ -1,0 +1,336 @@
+"""``start_tls``: upgrading a plain connection (client and server side), TLS over TLS.
+
+Through both routes of the `tls` fixture (``loop.start_tls``, and
+``tideloop._transports.tls.start_tls`` on any loop; see ``tls_support``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import pytest
+
+from tls_support import (
+    ROUTES,
+    WAIT,
+    Certs,
+    Echo,
+    Recorder,
+    Route,
+    close_server,
+    first,
+    make_certs,
+    payload,
+    port_of,
+)
+
+
+@pytest.fixture(scope="module")
+def certs() -> Certs:
+    return make_certs()
+
+
+@pytest.fixture(params=ROUTES)
+def tls(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop) -> Route:
+    return Route(request.param, loop)
+
+
+class StartTLSServer(asyncio.Protocol):
+    """A line protocol: echoes lines upper-cased; STARTTLS switches to TLS."""
+
+    def __init__(self, tls: Route, context: ssl.SSLContext, *, answer: bool = True) -> None:
+        self.tls = tls
+        self.context = context
+        self.answer = answer
+        self.transport: Any = None
+        self.buf = b""
+        self.lines: list[bytes] = []
+        self.upgraded: asyncio.Future[Any] = tls.loop.create_future()
+        self.lost: asyncio.Future[BaseException | None] = tls.loop.create_future()
+        self.asked: asyncio.Future[None] = tls.loop.create_future()
+        self.go: asyncio.Future[None] = tls.loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = self.tls.track(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            self.lines.append(line)
+            if line == b"STARTTLS":
+                assert self.buf == b"", "nothing may follow STARTTLS before the answer"
+                if self.answer:
+                    self.transport.write(b"OK\n")
+                else:
+                    self.transport.pause_reading()
+                self.asked.set_result(None)
+                task = asyncio.ensure_future(self._upgrade())
+                task.add_done_callback(self._upgraded)
+                return
+            self.transport.write(line.upper() + b"\n")
+
+    async def _upgrade(self) -> Any:
+        if not self.answer:
+            await self.go
+        return await self.tls.start_tls(self.transport, self, self.context, server_side=True)
+
+    def _upgraded(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self.upgraded.cancel()
+        elif task.exception() is not None:
+            self.upgraded.set_exception(task.exception())  # type: ignore[arg-type]
+        else:
+            self.transport = task.result()
+            self.upgraded.set_result(self.transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+def test_start_tls_client_and_server_side(tls: Route, certs: Certs) -> None:
+    loop = tls.loop
+
+    async def main() -> None:
+        made: list[StartTLSServer] = []
+
+        def factory() -> StartTLSServer:
+            made.append(StartTLSServer(tls, certs.server))
+            return made[-1]
+
+        srv = tls.track(await loop.create_server(factory, "127.0.0.1", 0))
+        transport, client = await loop.create_connection(
+            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
+        )
+        tls.track(transport)
+        transport.write(b"hello\nSTARTTLS\n")
+        assert await client.wait_for_bytes(9) == b"HELLO\nOK\n"
+        new = await tls.start_tls(transport, client, certs.client, server_hostname="localhost")
+        assert new is not transport
+        assert new.get_protocol() is client
+        assert new.get_extra_info("peercert") is not None
+        assert new.get_extra_info("sslcontext") is certs.client
+        server = await first(made)
+        server_tls = await asyncio.wait_for(server.upgraded, WAIT)
+        assert server_tls.get_extra_info("ssl_object").server_side
+        big = payload(500_000).replace(b"\n", b" ") + b"\n"
+        new.write(b"secret\n")
+        new.write(big)
+        expected = b"HELLO\nOK\nSECRET\n" + big.upper()
+        assert await client.wait_for_bytes(len(expected)) == expected
+        # Every plaintext line was read exactly once, before the switch.
+        assert server.lines[:2] == [b"hello", b"STARTTLS"]
+        assert server.lines[2:] == [b"secret", big[:-1]]
+        # Nothing reached connection_made again; the old transport is the lower one.
+        assert client.events == ["made", "data"]
+        new.close()
+        assert await client.wait_lost() is None
+        assert await asyncio.wait_for(server.lost, WAIT) is None
+        await close_server(srv)
+
+    tls.run(main())
+
+
+def test_start_tls_with_client_hello_already_buffered(tls: Route, certs: Certs) -> None:
+    """The ClientHello waits in the kernel before the server's start_tls: none of it is lost."""
+    loop = tls.loop
+
+    async def main() -> None:
+        made: list[StartTLSServer] = []
+
+        def factory() -> StartTLSServer:
+            made.append(StartTLSServer(tls, certs.server, answer=False))
+            return made[-1]
+
+        srv = tls.track(await loop.create_server(factory, "127.0.0.1", 0))
+        transport, client = await loop.create_connection(
+            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
+        )
+        tls.track(transport)
+        transport.write(b"STARTTLS\n")
+        server = await first(made)
+        await asyncio.wait_for(server.asked, WAIT)  # its transport is paused now
+        upgrade = asyncio.ensure_future(
+            tls.start_tls(transport, client, certs.client, server_hostname="localhost")
+        )
+        try:
+            await asyncio.sleep(0.1)  # the ClientHello is in the server's socket buffer
+            assert not upgrade.done()
+        except BaseException:
+            upgrade.cancel()
+            await asyncio.gather(upgrade, return_exceptions=True)
+            raise
+        server.go.set_result(None)
+        new = await asyncio.wait_for(upgrade, WAIT)
+        await asyncio.wait_for(server.upgraded, WAIT)
+        new.write(b"ping\n")
+        assert await client.wait_for_bytes(5) == b"PING\n"
+        new.close()
+        await client.wait_lost()
+        await asyncio.wait_for(server.lost, WAIT)
+        await close_server(srv)
+
+    tls.run(main())
+
+
+def test_start_tls_argument_errors(tls: Route, certs: Certs) -> None:
+    loop = tls.loop
+
+    async def main() -> None:
+        srv = tls.track(await loop.create_server(Echo, "127.0.0.1", 0))
+        transport, client = await loop.create_connection(
+            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
+        )
+        tls.track(transport)
+        with pytest.raises(TypeError, match="sslcontext is expected to be an instance of"):
+            await tls.start_tls(transport, client, "not a context")
+        with pytest.raises(TypeError, match="is not supported by start_tls"):
+            await tls.start_tls(asyncio.Transport(), client, certs.client)
+        # Still a working plain connection.
+        transport.write(b"plain")
+        assert await client.wait_for_bytes(5) == b"plain"
+        transport.close()
+        await client.wait_lost()
+        await close_server(srv)
+
+    tls.run(main())
+
+
+def test_start_tls_handshake_failure(tls: Route, certs: Certs) -> None:
+    loop = tls.loop
+
+    async def main() -> None:
+        made: list[StartTLSServer] = []
+
+        def factory() -> StartTLSServer:
+            made.append(StartTLSServer(tls, certs.untrusted_server))
+            return made[-1]
+
+        srv = tls.track(await loop.create_server(factory, "127.0.0.1", 0))
+        transport, client = await loop.create_connection(
+            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
+        )
+        tls.track(transport)
+        transport.write(b"STARTTLS\n")
+        assert await client.wait_for_bytes(3) == b"OK\n"
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await tls.start_tls(transport, client, certs.client, server_hostname="localhost")
+        assert transport.is_closing()
+        # asyncio: the protocol that asked for TLS is told the connection is gone.
+        exc = await client.wait_lost()
+        assert isinstance(exc, ssl.SSLCertVerificationError)
+        server = await first(made)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await asyncio.wait_for(server.upgraded, WAIT)
+        await asyncio.wait_for(server.lost, WAIT)
+        await close_server(srv)
+
+    tls.run(main())
+
+
+def test_start_tls_handshake_timeout(tls: Route, certs: Certs) -> None:
+    loop = tls.loop
+
+    async def main() -> None:
+        srv = tls.track(await loop.create_server(asyncio.Protocol, "127.0.0.1", 0))
+        transport, client = await loop.create_connection(
+            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
+        )
+        tls.track(transport)
+        with pytest.raises(ConnectionAbortedError, match="SSL handshake is taking longer than"):
+            await tls.start_tls(
+                transport,
+                client,
+                certs.client,
+                server_hostname="localhost",
+                ssl_handshake_timeout=0.2,
+            )
+        assert transport.is_closing()
+        # asyncio: the protocol that asked for TLS gets no connection_lost when
+        # the handshake times out (it does when the handshake fails).
+        await asyncio.sleep(0.05)
+        assert client.lost_calls == 0
+        await close_server(srv)
+
+    tls.run(main())
+
+
+def test_tls_over_tls(tls: Route, certs: Certs) -> None:
+    """start_tls on a TLS transport: the inner layer is a BufferedProtocol of the outer."""
+    loop = tls.loop
+    inner_server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    certs.ca.issue_cert("localhost").configure_cert(inner_server)
+
+    async def main() -> None:
+        made: list[StartTLSServer] = []
+
+        def factory() -> StartTLSServer:
+            made.append(StartTLSServer(tls, inner_server))
+            return made[-1]
+
+        srv = await tls.serve(factory, ssl=certs.server)
+        outer, client = await tls.connect(
+            lambda: Recorder(loop),
+            "127.0.0.1",
+            port_of(srv),
+            ssl=certs.client,
+            server_hostname="localhost",
+        )
+        outer.write(b"over tls\nSTARTTLS\n")
+        assert await client.wait_for_bytes(12) == b"OVER TLS\nOK\n"
+        inner = await tls.start_tls(outer, client, certs.client, server_hostname="localhost")
+        assert inner.get_extra_info("ssl_object") is not outer.get_extra_info("ssl_object")
+        data = payload(300_000).replace(b"\n", b"-") + b"\n"
+        inner.write(data)
+        expected = b"OVER TLS\nOK\n" + data.upper()
+        assert await client.wait_for_bytes(len(expected)) == expected
+        inner.close()
+        assert await client.wait_lost() is None
+        server = await first(made)
+        await asyncio.wait_for(server.lost, WAIT)
+        await close_server(srv)
+
+    tls.run(main())
+
+
+def test_stream_writer_start_tls(loop: asyncio.AbstractEventLoop, certs: Certs) -> None:
+    """StreamWriter.start_tls (3.11+) on both ends: the server upgrades from its handler."""
+    tls = Route("api", loop)
+    handled: list[asyncio.Task[Any]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handled.append(task)
+        try:
+            assert await reader.readline() == b"STARTTLS\n"
+            writer.write(b"OK\n")
+            await writer.drain()
+            await writer.start_tls(certs.server)
+            assert writer.get_extra_info("ssl_object") is not None
+            while line := await reader.readline():
+                writer.write(line.upper())
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        srv = tls.track(await asyncio.start_server(handler, "127.0.0.1", 0))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(srv))
+        tls.track(writer.transport)
+        writer.write(b"STARTTLS\n")
+        assert await reader.readline() == b"OK\n"
+        await writer.start_tls(certs.client, server_hostname="localhost")
+        tls.track(writer.transport)
+        assert writer.get_extra_info("peercert") is not None
+        writer.write(b"over tls\n")
+        assert await reader.readline() == b"OVER TLS\n"
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), WAIT)
+        await asyncio.wait_for(asyncio.gather(*handled), WAIT)
+        await close_server(srv)
+
+    tls.run(main())
