@@ -439,12 +439,29 @@ ENTRIES: list[Entry] = [
         "unit tests of base_subprocess.BaseSubprocessTransport (a subclass with a mocked "
         "Popen) through its private methods",
     ),
+    Entry(
+        "test_subprocess.GenericWatcherTests.test_create_subprocess_fails_with_inactive_watcher",
+        M,
+        "mocks the policy's child watcher (is_active() returns False) and expects the loop to "
+        "consult it; tideloop's loops watch their own children with pidfds (divergence "
+        "own-child-watcher in tests/divergences.py)",
+    ),
     # ================================================================ test_sslproto
     Entry(
         "test_sslproto.SslProtoHandshakeTests.*",
         C,
         "unit tests of sslproto.SSLProtocol, the stdlib loop's TLS implementation, with "
         "mocked transports and SSL objects",
+    ),
+    # ================================================================ test_ssl
+    Entry(
+        "test_ssl.TestSSL.test_remote_shutdown_receives_trailing_data",
+        P,
+        "fills the write backlog through writer.transport._test__append_write_backlog(), a "
+        "test hook of sslproto._SSLProtocolTransport (plaintext queued without write(), so "
+        "without flow control or encryption); the eof_server half of the scenario, the peer "
+        "shutting down while we still send, is covered by "
+        "tests/conformance/test_tls.py",
     ),
     # ================================================================ test_events
     Entry(

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 import warnings
+from asyncio import trsock
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -44,6 +46,20 @@ from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
+
+
+def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
+    """asyncio's extra info for a socket transport: socket, sockname, peername."""
+    extra["socket"] = trsock.TransportSocket(sock)
+    try:
+        extra["sockname"] = sock.getsockname()
+    except OSError:
+        extra["sockname"] = None
+    if "peername" not in extra:
+        try:
+            extra["peername"] = sock.getpeername()
+        except OSError:
+            extra["peername"] = None
 
 
 class ConnectionTracker(Protocol):

@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-from asyncio import constants, trsock
+from asyncio import constants
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
 from typing import Any, Final
 
@@ -51,7 +51,7 @@ from tideloop._core.errors import logger
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
-from .base import WriteFlowControl
+from .base import WriteFlowControl, socket_extra
 
 #: Bytes accounted per queued datagram beyond its payload (asyncio 3.13+).
 HEADER_SIZE: Final = 8 if sys.version_info >= (3, 13) else 0
@@ -88,16 +88,7 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
         super().__init__(
             loop, fds, fd, extra, None, sock.close, self._read_ready, self._write_ready
         )
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
+        socket_extra(self._extra, sock)
         self._sock = sock
         self._address = address
         self._connected = bool(self._extra["peername"])

@@ -57,7 +57,7 @@ from asyncio import constants
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
 from collections.abc import Callable
 from itertools import islice
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from tideloop._core.errors import logger
 from tideloop._core.run import CoreLoop
@@ -71,6 +71,8 @@ READ_SIZE: Final = 64 * 1024
 
 #: The pipe object asyncio takes: anything with fileno() and close().
 Pipe = Any
+
+_PipeT = TypeVar("_PipeT", "ReadPipeTransport", "WritePipeTransport")
 
 
 def _closed_by_peer_message(transport: object) -> None:
@@ -361,29 +363,28 @@ class PipeMethods(CoreLoop):
     async def connect_read_pipe(  # type: ignore[override]
         self, protocol_factory: Callable[[], asyncio.BaseProtocol], pipe: Pipe
     ) -> tuple[asyncio.ReadTransport, asyncio.BaseProtocol]:
-        protocol = protocol_factory()
-        waiter: asyncio.Future[None] = self.create_future()
-        transport = self._make_read_pipe_transport(pipe, protocol, waiter)
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        if self._debug:
-            logger.debug("Read pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
-        return transport, protocol
+        return await self._connect_pipe(self._make_read_pipe_transport, protocol_factory, pipe)
 
     async def connect_write_pipe(  # type: ignore[override]
         self, protocol_factory: Callable[[], asyncio.BaseProtocol], pipe: Pipe
     ) -> tuple[asyncio.WriteTransport, asyncio.BaseProtocol]:
+        return await self._connect_pipe(self._make_write_pipe_transport, protocol_factory, pipe)
+
+    async def _connect_pipe(
+        self,
+        make: Callable[..., _PipeT],
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        pipe: Pipe,
+    ) -> tuple[_PipeT, asyncio.BaseProtocol]:
         protocol = protocol_factory()
         waiter: asyncio.Future[None] = self.create_future()
-        transport = self._make_write_pipe_transport(pipe, protocol, waiter)
+        transport = make(pipe, protocol, waiter)
         try:
             await waiter
         except BaseException:
             transport.close()
             raise
         if self._debug:
-            logger.debug("Write pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
+            kind = "Read" if isinstance(transport, ReadPipeTransport) else "Write"
+            logger.debug("%s pipe %r connected: (%r, %r)", kind, pipe.fileno(), transport, protocol)
         return transport, protocol

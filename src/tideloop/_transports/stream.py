@@ -49,7 +49,7 @@ import asyncio
 import collections
 import os
 import socket
-from asyncio import constants, trsock
+from asyncio import constants
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
 from collections.abc import Iterable
 from itertools import islice
@@ -59,7 +59,7 @@ from tideloop._core.errors import logger
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
-from .base import ConnectionTracker, WriteFlowControl
+from .base import ConnectionTracker, WriteFlowControl, socket_extra
 
 if TYPE_CHECKING:
     from .sendfile import NativeSendfile
@@ -135,16 +135,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         super().__init__(
             loop, fds, fd, extra, server, sock.close, self._read_ready, self._write_ready
         )
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
+        socket_extra(self._extra, sock)
         self._sock = sock
         self._buffered = False
         self.set_protocol(protocol)
@@ -403,23 +394,17 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
     # ------------------------------------------------------------------
     # Closing
 
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
-        if self._fd_closed:
-            return
-        try:
-            if self._protocol_connected:
-                self._protocol.connection_lost(exc)
-        finally:
-            op = self._sendfile_op
-            if op is not None:
-                # A native sendfile owns our fd's writer: end it before the
-                # fd number can be reused.
-                self._sendfile_op = None
-                op.abort(ConnectionError("Connection is closed by peer"))
-            self._release()
-            waiter = self._empty_waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(ConnectionError("Connection is closed by peer"))
+    def _release(self) -> None:
+        op = self._sendfile_op
+        if op is not None:
+            # A native sendfile owns our fd's writer: end it before the fd
+            # number can be reused.
+            self._sendfile_op = None
+            op.abort(ConnectionError("Connection is closed by peer"))
+        super()._release()
+        waiter = self._empty_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionError("Connection is closed by peer"))
 
     # ------------------------------------------------------------------
     # sendfile support (used by the loop's sendfile())

@@ -407,18 +407,18 @@ class SubprocessMethods(PipeMethods):
         if not shell:
             raise ValueError("shell must be True")
         _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
-        protocol = protocol_factory()
-        debug_log = None
-        if self._debug:
-            # Not the arguments: they may hold secrets, and be long.
-            debug_log = f"run shell command {cmd!r}"
-            self._log_subprocess(debug_log, stdin, stdout, stderr)
-        transport = await self._make_subprocess_transport(
-            protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs
+        # Not the arguments in the log: they may hold secrets, and be long.
+        return await self._spawn(
+            f"run shell command {cmd!r}",
+            protocol_factory,
+            cmd,
+            True,
+            stdin,
+            stdout,
+            stderr,
+            bufsize,
+            kwargs,
         )
-        if debug_log is not None:
-            logger.info("%s: %r", debug_log, transport)
-        return transport, protocol
 
     async def subprocess_exec(  # type: ignore[override]
         self,
@@ -441,17 +441,39 @@ class SubprocessMethods(PipeMethods):
         if shell:
             raise ValueError("shell must be False")
         _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
-        popen_args = (program, *args)
-        protocol = protocol_factory()
-        debug_log = None
-        if self._debug:
-            debug_log = f"execute program {program!r}"
-            self._log_subprocess(debug_log, stdin, stdout, stderr)
-        transport = await self._make_subprocess_transport(
-            protocol, popen_args, False, stdin, stdout, stderr, bufsize, **kwargs
+        return await self._spawn(
+            f"execute program {program!r}",
+            protocol_factory,
+            (program, *args),
+            False,
+            stdin,
+            stdout,
+            stderr,
+            bufsize,
+            kwargs,
         )
-        if debug_log is not None:
-            logger.info("%s: %r", debug_log, transport)
+
+    async def _spawn(  # noqa: PLR0917
+        self,
+        what: str,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        args: Any,
+        shell: bool,
+        stdin: Any,
+        stdout: Any,
+        stderr: Any,
+        bufsize: int,
+        kwargs: dict[str, Any],
+    ) -> tuple[asyncio.SubprocessTransport, asyncio.BaseProtocol]:
+        protocol = protocol_factory()
+        debug = self._debug
+        if debug:
+            self._log_subprocess(what, stdin, stdout, stderr)
+        transport = await self._make_subprocess_transport(
+            protocol, args, shell, stdin, stdout, stderr, bufsize, **kwargs
+        )
+        if debug:
+            logger.info("%s: %r", what, transport)
         return transport, protocol
 
     def _log_subprocess(self, msg: str, stdin: Any, stdout: Any, stderr: Any) -> None:
