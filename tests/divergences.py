@@ -156,4 +156,60 @@ DIVERGENCES: dict[str, Divergence] = {
         "return code 255.",
         why="The exit status must not be lost to a race; asyncio 3.13 uses os.kill() too.",
     ),
+    "subprocess-pipe-failure-no-hang": Divergence(
+        what="If connecting one of a new child's pipes fails (loop.connect_read_pipe raising), "
+        "subprocess_exec raises that error once the child is killed and reaped; asyncio kills "
+        "the child but then waits forever for the pipe that never connected.",
+        why="A hang is never the intended behaviour; the error is asyncio's.",
+    ),
+    # TLS
+    "tls-bytearray-get-buffer": Divergence(
+        what="A BufferedProtocol whose get_buffer() returns a bytearray receives TLS data "
+        "intact; asyncio's SSL transport decrypts the rest of a delivery into buf[offset:], "
+        "a copy of the bytearray, so it reports bytes (buffer_updated) that never reached "
+        "the buffer and the data is corrupted.",
+        why="get_buffer() may return any writable buffer; data must not be lost for its type.",
+    ),
+    "tls-paused-client-sends-finished": Divergence(
+        what="A TLS client whose protocol pauses reading in connection_made() still sends "
+        "its last handshake flight (TLS 1.3: its Finished); asyncio's SSL transport sends it "
+        "only when it next reads or writes, so the server's handshake waits (until its "
+        "timeout) for a client that is only pausing its reading.",
+        why="Pausing reading must not stop the handshake, which the application has already "
+        "been told has completed.",
+    ),
+    "tls-writelines-type-check": Divergence(
+        what="writelines() on a TLS transport with an item that is not bytes-like raises "
+        "TypeError at the call, and nothing of that call is sent; asyncio accepts it and "
+        "fails later inside its SSL protocol, reporting 'Fatal error on SSL protocol' to the "
+        "exception handler and aborting the connection.",
+        why="write() already raises TypeError for such data (in asyncio too); a type error "
+        "belongs to the caller, not to the connection.",
+    ),
+    "tls-data-before-error": Divergence(
+        what="Application data decrypted from the records that arrived before a bad one "
+        "(a record failing its integrity check, a fatal alert) is delivered to "
+        "data_received() before the connection is lost with the SSLError; asyncio drops the "
+        "data decrypted in the same read pass.",
+        why="Those records were authentic and complete; the peer sent them before the "
+        "failure, as a plaintext connection would have delivered them before a reset.",
+    ),
+    "tls-delivery-at-most-256k": Divergence(
+        what="A TLS Protocol receives at most 256 KiB per data_received() call: plaintext "
+        "that piled up while reading was paused (up to the read buffer limit) is delivered "
+        "in several calls; asyncio joins everything it can decrypt into one bytes object.",
+        why="Bounded memory per delivery (one reused decryption buffer per thread, no joins); "
+        "TCP never promised chunk boundaries, and plain stream transports bound their "
+        "chunks too.",
+    ),
+    "tls-closed-twice": Divergence(
+        what="After close() is called again on a TLS transport that is already closed, its "
+        "methods go on answering as a closed transport's do (get_extra_info() gives the "
+        "default for the TLS keys, write() is dropped with asyncio's 'SSL connection is "
+        "closed' warnings); asyncio's raise AttributeError, because its transport dropped "
+        "its reference to the SSL protocol.",
+        why="asyncio drops the reference so that a protocol that keeps its transport does "
+        "not keep the connection's TLS state alive; tideloop releases the same state (SSL "
+        "object, context, buffers) without breaking the transport's API.",
+    ),
 }

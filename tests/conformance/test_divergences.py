@@ -7,15 +7,19 @@ the entry (and its special-casing) should go.
 from __future__ import annotations
 
 import asyncio
+import functools
+import gc
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -466,6 +470,296 @@ def check_send_signal_never_reaps() -> None:
         popen.wait()
 
 
+async def _spawn_with_failing_read_pipe(loop: asyncio.AbstractEventLoop) -> None:
+    async def failing(*args: object, **kwargs: object) -> None:
+        raise OSError("planted failure")
+
+    loop.connect_read_pipe = failing  # type: ignore[method-assign,assignment]
+    await asyncio.create_subprocess_exec("sleep", "30", stdout=asyncio.subprocess.PIPE)
+
+
+def check_subprocess_pipe_failure_no_hang() -> None:
+    loop = stdlib_loop()
+    try:
+        with pytest.raises(TimeoutError):
+            loop.run_until_complete(asyncio.wait_for(_spawn_with_failing_read_pipe(loop), 1.0))
+        # The child was killed; its stdout pipe, which asyncio never wrapped, is
+        # still open: close it, and let the watcher reap the child.
+        for obj in gc.get_objects():
+            if isinstance(obj, subprocess.Popen) and obj.args == ("sleep", "30"):
+                if obj.stdout is not None:
+                    obj.stdout.close()
+                obj.wait()
+    finally:
+        loop.close()
+
+
+# ----------------------------------------------------------------------
+# TLS (asyncio's SSL transport on the stdlib loop; certificates from trustme)
+
+
+@functools.cache
+def _certs() -> Any:
+    from tls_support import make_certs
+
+    return make_certs()
+
+
+class _TLSRecorder(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.sizes: list[int] = []
+        self.lost: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+        self.sizes.append(len(data))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+class _TLSEcho(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+async def _tls_pair(
+    loop: asyncio.AbstractEventLoop,
+    client: Callable[[], asyncio.BaseProtocol],
+    server: Callable[[], asyncio.BaseProtocol] = _TLSEcho,
+) -> tuple[asyncio.Server, Any, Any]:
+    certs = _certs()
+    srv = await loop.create_server(server, "127.0.0.1", 0, ssl=certs.server)
+    port = srv.sockets[0].getsockname()[1]
+    transport, protocol = await loop.create_connection(
+        client, "127.0.0.1", port, ssl=certs.client, server_hostname="localhost"
+    )
+    return srv, transport, protocol
+
+
+def _with_raw_tls_server(
+    loop: asyncio.AbstractEventLoop,
+    serve: Callable[[socket.socket], None],
+    client: Callable[[int], Any],
+) -> Any:
+    """Run *client(port)* on *loop* against *serve(conn)* in a thread."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(10)
+
+    def accept_and_serve() -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(10)
+        try:
+            serve(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=accept_and_serve)
+    thread.start()
+    try:
+        return loop.run_until_complete(client(listener.getsockname()[1]))
+    finally:
+        thread.join(15)
+        listener.close()
+
+
+def check_tls_bytearray_get_buffer() -> None:
+    from tls_support import payload
+
+    loop = stdlib_loop()
+    data = payload(1_000_000)
+    got = bytearray()
+
+    class Buffered(asyncio.BufferedProtocol):
+        buf = bytearray(5000)  # smaller than a record: deliveries end mid-record
+
+        def get_buffer(self, sizehint: int) -> bytearray:
+            return self.buf
+
+        def buffer_updated(self, nbytes: int) -> None:
+            got.extend(self.buf[:nbytes])
+
+    async def main() -> None:
+        srv, transport, _ = await _tls_pair(loop, Buffered)
+        transport.write(data)
+        for _ in range(1000):
+            if len(got) >= len(data):
+                break
+            await asyncio.sleep(0.01)
+        transport.close()
+        srv.close()
+        await srv.wait_closed()
+        await asyncio.sleep(0.01)
+
+    try:
+        loop.run_until_complete(main())
+        assert len(got) == len(data)  # asyncio counted every byte...
+        assert got != data  # ...but some went into a copy of the buffer
+    finally:
+        loop.close()
+
+
+def check_tls_paused_client_sends_finished() -> None:
+    loop = stdlib_loop()
+    outcome: list[str] = []
+
+    def serve(conn: socket.socket) -> None:
+        conn.settimeout(0.5)
+        try:
+            _certs().server.wrap_socket(conn, server_side=True).close()
+            outcome.append("handshake completed")
+        except OSError:
+            outcome.append("handshake stalled")
+
+    class PausedAtStart(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            transport.pause_reading()  # type: ignore[attr-defined]
+
+    async def client(port: int) -> None:
+        transport, _ = await loop.create_connection(
+            PausedAtStart, "127.0.0.1", port, ssl=_certs().client, server_hostname="localhost"
+        )
+        while not outcome:
+            await asyncio.sleep(0.01)
+        transport.abort()
+        await asyncio.sleep(0.01)
+
+    try:
+        _with_raw_tls_server(loop, serve, client)
+        assert outcome == ["handshake stalled"]  # asyncio held back the client's Finished
+    finally:
+        loop.close()
+
+
+def check_tls_writelines_type_check() -> None:
+    loop = stdlib_loop()
+    reports: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda lp, ctx: reports.append(ctx))
+
+    async def main() -> BaseException | None:
+        srv, transport, client = await _tls_pair(loop, _TLSRecorder)
+        transport.writelines([b"a", "text"])  # asyncio: no TypeError here
+        exc = await asyncio.wait_for(client.lost, 10)
+        srv.close()
+        await srv.wait_closed()
+        return exc  # type: ignore[no-any-return]
+
+    try:
+        exc = loop.run_until_complete(main())
+        assert isinstance(exc, TypeError)  # ...but the connection is aborted with it
+        assert [ctx["message"] for ctx in reports] == ["Fatal error on SSL protocol"]
+    finally:
+        loop.close()
+
+
+def check_tls_data_before_error() -> None:
+    import ssl
+
+    loop = stdlib_loop()
+
+    def serve(conn: socket.socket) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        sslobj = _certs().server.wrap_bio(incoming, outgoing, server_side=True)
+        while True:
+            try:
+                sslobj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    conn.sendall(outgoing.read())
+                incoming.write(conn.recv(65536))
+        sslobj.write(b"hello")
+        # One segment: a good record, then one that fails its integrity check.
+        conn.sendall(outgoing.read() + b"\x17\x03\x03\x00\x20" + bytes(32))
+        while conn.recv(65536):
+            pass
+
+    async def client(port: int) -> tuple[bytes, BaseException | None]:
+        _, protocol = await loop.create_connection(
+            _TLSRecorder, "127.0.0.1", port, ssl=_certs().client, server_hostname="localhost"
+        )
+        exc = await asyncio.wait_for(protocol.lost, 10)
+        return bytes(protocol.data), exc
+
+    try:
+        data, exc = _with_raw_tls_server(loop, serve, client)
+        assert isinstance(exc, ssl.SSLError)
+        assert data == b""  # asyncio dropped b"hello"
+    finally:
+        loop.close()
+
+
+def check_tls_delivery_at_most_256k() -> None:
+    from tls_support import payload
+
+    loop = stdlib_loop()
+    total = 2 * 1024 * 1024
+
+    class SendOnRequest(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport: Any = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.transport.write(payload(total))
+
+    async def main() -> list[int]:
+        srv, transport, client = await _tls_pair(loop, _TLSRecorder, SendOnRequest)
+        transport.set_read_buffer_limits(high=16 * 1024 * 1024)
+        transport.pause_reading()
+        transport.write(b"go")
+        for _ in range(1000):
+            if transport.get_read_buffer_size() >= total:
+                break
+            await asyncio.sleep(0.01)
+        transport.resume_reading()
+        for _ in range(1000):
+            if len(client.data) >= total:
+                break
+            await asyncio.sleep(0.01)
+        transport.close()
+        await client.lost
+        srv.close()
+        await srv.wait_closed()
+        return client.sizes  # type: ignore[no-any-return]
+
+    try:
+        sizes = loop.run_until_complete(main())
+        assert sum(sizes) == total
+        assert max(sizes) > 256 * 1024  # asyncio: one call for all of it
+    finally:
+        loop.close()
+
+
+def check_tls_closed_twice() -> None:
+    loop = stdlib_loop()
+
+    async def main() -> None:
+        srv, transport, client = await _tls_pair(loop, _TLSRecorder)
+        transport.close()
+        await client.lost
+        transport.close()
+        with pytest.raises(AttributeError):
+            transport.get_extra_info("cipher")
+        with pytest.raises(AttributeError):
+            transport.write(b"x")
+        srv.close()
+        await srv.wait_closed()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
@@ -486,6 +780,13 @@ CHECKS: dict[str, Callable[[], None]] = {
     "datagram-buffer-size-drains": check_datagram_buffer_size_drains,
     "own-child-watcher": check_own_child_watcher,
     "send-signal-never-reaps": check_send_signal_never_reaps,
+    "subprocess-pipe-failure-no-hang": check_subprocess_pipe_failure_no_hang,
+    "tls-bytearray-get-buffer": check_tls_bytearray_get_buffer,
+    "tls-paused-client-sends-finished": check_tls_paused_client_sends_finished,
+    "tls-writelines-type-check": check_tls_writelines_type_check,
+    "tls-data-before-error": check_tls_data_before_error,
+    "tls-delivery-at-most-256k": check_tls_delivery_at_most_256k,
+    "tls-closed-twice": check_tls_closed_twice,
 }
 
 

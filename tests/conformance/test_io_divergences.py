@@ -129,13 +129,33 @@ def test_the_policy_child_watcher_is_not_used(loop: asyncio.AbstractEventLoop) -
 def test_signalling_a_child_that_just_exited_keeps_its_status(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
+    code = "import time; time.sleep(0.2); raise SystemExit(7)"
+
     async def main() -> None:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(7)")
-        # Wait until it is a zombie, without reaping it, then signal it.
-        await loop.run_in_executor(None, os.waitid, os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code)
+        # Block the loop until the child is a zombie (so the watcher cannot
+        # reap it first), then signal it.
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
         proc.send_signal(signal.SIGTERM)
         proc.terminate()
         assert await proc.wait() == 7  # not 255: the watcher still reaped it
+
+    loop.run_until_complete(main())
+
+
+@pytest.mark.divergence("subprocess-pipe-failure-no-hang")
+def test_a_pipe_that_fails_to_connect_fails_the_spawn(loop: asyncio.AbstractEventLoop) -> None:
+    async def failing(*args: object, **kwargs: object) -> None:
+        raise OSError("planted failure")
+
+    loop.connect_read_pipe = failing  # type: ignore[method-assign,assignment]
+
+    async def main() -> None:
+        with pytest.raises(OSError, match="planted failure"):
+            await asyncio.wait_for(
+                asyncio.create_subprocess_exec("sleep", "30", stdout=asyncio.subprocess.PIPE),
+                10,
+            )
 
     loop.run_until_complete(main())
 

@@ -130,6 +130,8 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         self._returncode: int | None = None
         self._exit_waiters: list[asyncio.Future[int]] | None = []
         self._pending_calls: list[tuple[Callable[..., object], tuple[Any, ...]]] | None = []
+        # Connecting the pipes failed: the protocol never hears of this child.
+        self._connect_failed = False
         self._pipes: dict[_FD, _PipeProto | None] = {}
         self._finished = False
         if stdin == subprocess.PIPE:
@@ -187,6 +189,8 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
+            self._connect_failed = True
+            self._pending_calls = None
             self._forget_unconnected_pipes()
             if waiter is not None and not waiter.cancelled():
                 waiter.set_exception(exc)
@@ -304,7 +308,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         pending = self._pending_calls
         if pending is not None:
             pending.append((callback, data))
-        else:
+        elif not self._connect_failed:
             self._loop.call_soon(callback, *data)
 
     def _pipe_connection_lost(self, fd: int, exc: BaseException | None) -> None:
@@ -348,11 +352,16 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             return
         if all(p is not None and p.disconnected for p in self._pipes.values()):
             self._finished = True
-            self._call(self._call_connection_lost, None)
+            if self._connect_failed:
+                # Only the exit waiters are left to wake.
+                self._loop.call_soon(self._call_connection_lost, None)
+            else:
+                self._call(self._call_connection_lost, None)
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
-            self._protocol.connection_lost(exc)
+            if not self._connect_failed:
+                self._protocol.connection_lost(exc)
         finally:
             waiters = self._exit_waiters
             self._exit_waiters = None
