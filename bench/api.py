@@ -13,7 +13,9 @@ it by name, runs it under every loop, and reports it.
   process per loop and repeat, pinned to one CPU, and drives it from the
   other CPU with a compiled load generator: ``client="echo"`` is
   ``bench/clients/echo_client.c`` (params ``size`` and ``conns``),
-  ``client="http"`` is ``wrk`` (param ``conns``).
+  ``client="http"`` is ``wrk`` (param ``conns``); ``client="tls_echo"``
+  and ``client="https"`` are the same over TLS (the echo client's TLS
+  mode, wrk with an https URL), for a server started with ``ssl=``.
 
 Workload modules import only asyncio, the stdlib, this module and the
 packages they name in ``requires``: they must run unchanged on every loop.
@@ -64,7 +66,7 @@ class Server:
 
     name: str
     title: str
-    client: Literal["echo", "http"]
+    client: Literal["echo", "http", "tls_echo", "https"]
     family: Literal["tcp", "unix"]
     start: Callable[[Address, Params], Coroutine[Any, Any, asyncio.AbstractServer]]
     full: Sequence[Params]
@@ -74,7 +76,7 @@ class Server:
 
     @property
     def unit(self) -> str:
-        return "msgs" if self.client == "echo" else "reqs"
+        return "msgs" if self.client in ("echo", "tls_echo") else "reqs"
 
     def cases(self, quick: bool) -> list[dict[str, int]]:
         return [dict(p) for p in (self.quick if quick else self.full)]

@@ -61,6 +61,7 @@ class Config:
     client_cpu: int | None
     python: str = sys.executable
     _echo_client: Path | str | None = field(default=None, repr=False)
+    _tls_echo_client: Path | str | None = field(default=None, repr=False)
 
     def echo_client(self) -> Path:
         """The compiled echo client (built on first use); raises RuntimeError if unavailable."""
@@ -72,6 +73,17 @@ class Config:
         if isinstance(self._echo_client, str):
             raise RuntimeError(self._echo_client)
         return self._echo_client
+
+    def tls_echo_client(self) -> Path:
+        """The echo client with its TLS mode (built on first use); RuntimeError if unavailable."""
+        if self._tls_echo_client is None:
+            try:
+                self._tls_echo_client = build.echo_client_tls()
+            except RuntimeError as exc:
+                self._tls_echo_client = str(exc)
+        if isinstance(self._tls_echo_client, str):
+            raise RuntimeError(self._tls_echo_client)
+        return self._tls_echo_client
 
 
 def pin(cpu: int | None) -> list[str]:
@@ -238,9 +250,13 @@ def run_primitive(
 
 
 def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config) -> dict[str, Any]:
-    if workload.client == "http" and shutil.which("wrk") is None:
+    if workload.client in ("http", "https") and shutil.which("wrk") is None:
         return {"status": "unavailable", "reason": "wrk is not installed (apt-get install wrk)"}
-    client = cfg.echo_client() if workload.client == "echo" else None
+    client = None
+    if workload.client == "echo":
+        client = cfg.echo_client()
+    elif workload.client == "tls_echo":
+        client = cfg.tls_echo_client()
     with tempfile.TemporaryDirectory(prefix="tideloop-bench-") as tmp:
         address: Any = str(Path(tmp) / "s.sock") if workload.family == "unix" else ["127.0.0.1", 0]
         spec = {
@@ -266,10 +282,11 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
             if status["status"] != "ready":
                 return dict(status)
             bound = status["address"]
+            tls = workload.client in ("tls_echo", "https")
             if client is not None:
-                result = drive_echo(client, bound, params, server.pid, cfg)
+                result = drive_echo(client, bound, params, server.pid, cfg, tls=tls)
             else:
-                result = drive_wrk(bound, params, server.pid, cfg)
+                result = drive_wrk(bound, params, server.pid, cfg, tls=tls)
             if server.poll() is not None:
                 why = tail(errlog) or f"exit {server.returncode}"
                 return {"status": "error", "reason": f"server died: {why}"}
@@ -279,9 +296,18 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
 
 
 def drive_echo(
-    client: Path, bound: Any, params: dict[str, int], server_pid: int, cfg: Config
+    client: Path,
+    bound: Any,
+    params: dict[str, int],
+    server_pid: int,
+    cfg: Config,
+    *,
+    tls: bool = False,
 ) -> dict[str, Any]:
-    target = ["unix", bound] if isinstance(bound, str) else ["tcp", bound[0], str(bound[1])]
+    if isinstance(bound, str):
+        target = ["unix", bound]
+    else:
+        target = ["tls" if tls else "tcp", bound[0], str(bound[1])]
     cmd = [
         *pin(cfg.client_cpu),
         str(client),
@@ -353,8 +379,10 @@ def wrk_cmd(url: str, conns: int, seconds: float, cpu: int | None) -> list[str]:
     ]
 
 
-def drive_wrk(bound: Any, params: dict[str, int], server_pid: int, cfg: Config) -> dict[str, Any]:
-    url = f"http://{bound[0]}:{bound[1]}/"
+def drive_wrk(
+    bound: Any, params: dict[str, int], server_pid: int, cfg: Config, *, tls: bool = False
+) -> dict[str, Any]:
+    url = f"{'https' if tls else 'http'}://{bound[0]}:{bound[1]}/"
     conns = params["conns"]
     warm = subprocess.run(
         wrk_cmd(url, conns, cfg.warmup, cfg.client_cpu),

@@ -1,7 +1,9 @@
 """Compile the C load generator at run time (gcc), into ``bench/.build/``.
 
 It is rebuilt when its source is newer than the binary; the binary is not
-committed (``bench/.gitignore``).
+committed (``bench/.gitignore``). ``echo_client_tls`` is the same source
+with its TLS mode compiled in (``-DECHO_TLS``, linked with OpenSSL), a
+separate binary so that the plain client needs no OpenSSL.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["echo_client"]
+__all__ = ["echo_client", "echo_client_tls"]
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent / ".build"
@@ -31,4 +33,24 @@ def echo_client() -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"compiling the echo client failed:\n{proc.stderr}")
+    return out
+
+
+def echo_client_tls() -> Path:
+    """Path of the echo client with TLS; raises RuntimeError if it cannot be built."""
+    src = HERE / "echo_client.c"
+    out = BUILD / "echo_client_tls"
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc or cc) found: needed for the echo load generator")
+    BUILD.mkdir(exist_ok=True)
+    cmd = [cc, "-O2", "-Wall", "-DECHO_TLS", "-o", str(out), str(src), "-lssl", "-lcrypto"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            "compiling the TLS echo client failed (it needs OpenSSL's headers: "
+            f"apt-get install libssl-dev):\n{proc.stderr}"
+        )
     return out

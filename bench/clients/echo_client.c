@@ -7,6 +7,7 @@
  * Usage:
  *   echo_client tcp HOST PORT CONNS SIZE WARMUP_S DURATION_S
  *   echo_client unix PATH     CONNS SIZE WARMUP_S DURATION_S
+ *   echo_client_tls tls HOST PORT CONNS SIZE WARMUP_S DURATION_S
  *
  * Each of CONNS connections sends one SIZE-byte message, waits until all SIZE
  * bytes have come back, records the round-trip time, and sends the next (one
@@ -14,6 +15,16 @@
  * recv() per readiness event, so the client does about one send(), one recv()
  * and a share of one epoll_wait() per message: less than the server, which
  * does the same syscalls and runs Python on top.
+ *
+ * TLS mode: the same file compiled with -DECHO_TLS and linked with -lssl
+ * -lcrypto (bench/clients/build.py: echo_client_tls), family "tls" (TCP).
+ * Each connection completes its handshake (blocking, before the load
+ * starts; the certificate is not verified), then each message is one
+ * SSL_write() (one TLS record up to 16 KiB) and the answer is read with
+ * SSL_read() over a 64 KiB read-ahead buffer until the message is complete
+ * or OpenSSL wants more bytes: again about one send() and one recv() per
+ * message, plus the same encryption and decryption the server does, and no
+ * Python. The plain build (no -DECHO_TLS) contains none of this.
  *
  * Output on stdout, one line each, flushed at once:
  *   START             when warm-up ends and measurement begins
@@ -38,6 +49,10 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#ifdef ECHO_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
 
 /* Latency histogram: 1 us buckets up to 1 s, plus one overflow bucket. */
 #define HIST_US 1000000u
@@ -48,6 +63,9 @@ struct conn {
     size_t sent;
     size_t rcvd;
     uint64_t t0_ns;
+#ifdef ECHO_TLS
+    SSL *ssl;       /* NULL for a plain connection */
+#endif
 };
 
 static size_t msg_size;
@@ -55,6 +73,18 @@ static char *msg;
 static uint32_t *hist;
 static uint64_t hist_over, max_ns, messages, bytes_total;
 static int measuring;
+
+#ifdef ECHO_TLS
+static SSL_CTX *tls_ctx;
+
+static void die_tls(const char *what) {
+    unsigned long code = ERR_get_error();
+    char buf[256];
+    ERR_error_string_n(code, buf, sizeof buf);
+    fprintf(stderr, "echo_client: %s: %s\n", what, code ? buf : strerror(errno));
+    exit(1);
+}
+#endif
 
 static void die(const char *what) {
     fprintf(stderr, "echo_client: %s: %s\n", what, strerror(errno));
@@ -71,6 +101,44 @@ static double cpu_s(const struct timeval *tv) {
     return (double)tv->tv_sec + (double)tv->tv_usec / 1e6;
 }
 
+/* send() or, in TLS mode, SSL_write(): bytes taken, or -1 with errno (EAGAIN: try later). */
+static ssize_t conn_send(struct conn *c, const char *buf, size_t len) {
+#ifdef ECHO_TLS
+    if (c->ssl) {
+        int n = SSL_write(c->ssl, buf, (int)len);
+        if (n > 0) return n;
+        int err = SSL_get_error(c->ssl, n);
+        if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) { errno = EAGAIN; return -1; }
+        die_tls("SSL_write");
+    }
+#endif
+    return send(c->fd, buf, len, MSG_NOSIGNAL);
+}
+
+/* recv() or, in TLS mode, SSL_read(): bytes read, 0 at EOF, or -1 with errno. */
+static ssize_t conn_recv(struct conn *c, char *buf, size_t len) {
+#ifdef ECHO_TLS
+    if (c->ssl) {
+        int n = SSL_read(c->ssl, buf, (int)len);
+        if (n > 0) return n;
+        int err = SSL_get_error(c->ssl, n);
+        if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) { errno = EAGAIN; return -1; }
+        if (err == SSL_ERROR_ZERO_RETURN) return 0;
+        die_tls("SSL_read");
+    }
+#endif
+    return recv(c->fd, buf, len, 0);
+}
+
+/* More of the message may already be in OpenSSL's buffers (no epoll event for it). */
+static int conn_has_more(struct conn *c) {
+#ifdef ECHO_TLS
+    if (c->ssl) return c->rcvd < msg_size || SSL_has_pending(c->ssl);
+#endif
+    (void)c;
+    return 0;
+}
+
 static void set_interest(int ep, struct conn *c, int want_out) {
     if (c->want_out == want_out) return;
     struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c};
@@ -80,7 +148,7 @@ static void set_interest(int ep, struct conn *c, int want_out) {
 
 static void try_send(int ep, struct conn *c) {
     while (c->sent < msg_size) {
-        ssize_t n = send(c->fd, msg + c->sent, msg_size - c->sent, MSG_NOSIGNAL);
+        ssize_t n = conn_send(c, msg + c->sent, msg_size - c->sent);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             if (errno == EINTR) continue;
@@ -98,7 +166,7 @@ static void start_message(int ep, struct conn *c, uint64_t t) {
     try_send(ep, c);
 }
 
-static int connect_one(const char *family, const char *a1, const char *a2) {
+static int connect_one(const char *family, const char *a1, const char *a2, struct conn *c) {
     int fd;
     if (strcmp(family, "unix") == 0) {
         struct sockaddr_un sun;
@@ -122,6 +190,16 @@ static int connect_one(const char *family, const char *a1, const char *a2) {
         int one = 1;
         if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) die("TCP_NODELAY");
     }
+#ifdef ECHO_TLS
+    if (strcmp(family, "tls") == 0) {
+        c->ssl = SSL_new(tls_ctx);
+        if (!c->ssl || !SSL_set_fd(c->ssl, fd)) die_tls("SSL_new");
+        SSL_set_tlsext_host_name(c->ssl, a1);
+        if (SSL_connect(c->ssl) != 1) die_tls("TLS handshake");  /* blocking, before the load */
+    }
+#else
+    (void)c;
+#endif
     if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) die("fcntl");
     return fd;
 }
@@ -142,9 +220,16 @@ int main(int argc, char **argv) {
     int base;
     if (argc == 8 && strcmp(argv[1], "tcp") == 0) base = 4;
     else if (argc == 7 && strcmp(argv[1], "unix") == 0) base = 3;
+#ifdef ECHO_TLS
+    else if (argc == 8 && strcmp(argv[1], "tls") == 0) base = 4;
+#endif
     else {
         fprintf(stderr, "usage: echo_client tcp HOST PORT CONNS SIZE WARMUP_S DURATION_S\n"
-                        "       echo_client unix PATH CONNS SIZE WARMUP_S DURATION_S\n");
+                        "       echo_client unix PATH CONNS SIZE WARMUP_S DURATION_S\n"
+#ifdef ECHO_TLS
+                        "       echo_client_tls tls HOST PORT CONNS SIZE WARMUP_S DURATION_S\n"
+#endif
+                        );
         return 2;
     }
     int nconns = atoi(argv[base]);
@@ -160,11 +245,21 @@ int main(int argc, char **argv) {
     if (!msg || !hist || !rbuf || !conns) die("malloc");
     memset(msg, 'x', msg_size);
 
+#ifdef ECHO_TLS
+    if (strcmp(argv[1], "tls") == 0) {
+        tls_ctx = SSL_CTX_new(TLS_client_method());
+        if (!tls_ctx) die_tls("SSL_CTX_new");
+        SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_NONE, NULL);
+        SSL_CTX_set_mode(tls_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        SSL_CTX_set_read_ahead(tls_ctx, 1);
+        SSL_CTX_set_default_read_buffer_len(tls_ctx, 64 * 1024);
+    }
+#endif
     int ep = epoll_create1(0);
     if (ep < 0) die("epoll_create1");
     for (int i = 0; i < nconns; i++) {
         struct conn *c = &conns[i];
-        c->fd = connect_one(argv[1], argv[2], base == 4 ? argv[3] : NULL);
+        c->fd = connect_one(argv[1], argv[2], base == 4 ? argv[3] : NULL, c);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) die("epoll_ctl");
     }
@@ -206,9 +301,10 @@ int main(int argc, char **argv) {
             if (e & (EPOLLERR | EPOLLHUP) && !(e & EPOLLIN)) { errno = ECONNRESET; die("connection"); }
             if (e & EPOLLOUT) try_send(ep, c);
             if (e & EPOLLIN) {
-                ssize_t r = recv(c->fd, rbuf, rbuf_size, 0);
+              do {
+                ssize_t r = conn_recv(c, rbuf, rbuf_size);
                 if (r < 0) {
-                    if (errno == EAGAIN || errno == EINTR) continue;
+                    if (errno == EAGAIN || errno == EINTR) break;
                     die("recv");
                 }
                 if (r == 0) { errno = ECONNRESET; die("server closed the connection"); }
@@ -225,7 +321,9 @@ int main(int argc, char **argv) {
                         bytes_total += msg_size;
                     }
                     start_message(ep, c, t);
+                    break;
                 }
+              } while (conn_has_more(c));
             }
         }
     }

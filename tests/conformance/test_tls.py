@@ -13,6 +13,7 @@ import gc
 import socket
 import ssl
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -187,13 +188,31 @@ def test_writelines_and_write_types(tls: Route, certs: Certs) -> None:
     tls.run(main())
 
 
+@pytest.mark.divergence("tls-writelines-type-check")
+def test_writelines_rejects_what_is_not_bytes_at_the_call(tls: Route, certs: Certs) -> None:
+    """TypeError from writelines() itself; nothing of that call is sent, the connection lives."""
+
+    async def main() -> None:
+        srv, transport, client, _ = await connect_pair(tls, certs, server=Echo)
+        for bad in ([b"a", "text"], [b"a", 5], [None]):
+            with pytest.raises(TypeError, match="data: expecting a bytes-like instance, got"):
+                transport.writelines(bad)
+        transport.writelines([b"still ", b"open"])
+        assert await client.wait_for_bytes(10) == b"still open"
+        transport.close()
+        assert await client.wait_lost() is None
+        await close_server(srv)
+
+    tls.run(main())
+
+
 class BufferedRecorder(asyncio.BufferedProtocol):
     """A BufferedProtocol with a small buffer, to make deliveries span many calls.
 
     get_buffer() returns a memoryview: asyncio's SSL transport (3.11-3.13)
     corrupts data when it is a bytearray (it reads the rest of a record into
     ``buf[offset:]``, a copy); `test_buffered_protocol_bytearray_buffer`
-    checks that our module does not.
+    checks that tideloop does not.
     """
 
     def __init__(
@@ -249,9 +268,10 @@ def test_buffered_protocol_application(tls: Route, certs: Certs, bufsize: int) -
     tls.run(main())
 
 
-def test_buffered_protocol_bytearray_buffer(loop: asyncio.AbstractEventLoop, certs: Certs) -> None:
+@pytest.mark.divergence("tls-bytearray-get-buffer")
+def test_buffered_protocol_bytearray_buffer(tls: Route, certs: Certs) -> None:
     """A bytearray from get_buffer() (asyncio's SSL transport loses data there)."""
-    tls = Route("module", loop)
+    loop = tls.loop
     data = payload(1_000_000)
 
     async def main() -> None:
@@ -442,6 +462,33 @@ def test_unclosed_transport_warns(loop: asyncio.AbstractEventLoop, certs: Certs)
 
 # ----------------------------------------------------------------------
 # Closing
+
+
+@pytest.mark.divergence("tls-closed-twice")
+def test_closing_twice_releases_the_tls_state(tls: Route, certs: Certs) -> None:
+    """The second close() frees the SSL object; the transport still answers as closed."""
+
+    async def main() -> None:
+        srv, transport, client, _ = await connect_pair(tls, certs)
+        sslobj = weakref.ref(transport.get_extra_info("ssl_object"))
+        transport.close()
+        assert await client.wait_lost() is None
+        assert transport.get_extra_info("cipher") is not None  # closed once: all there
+        transport.close()
+        assert sslobj() is None
+        assert transport.get_extra_info("cipher") is None
+        assert transport.get_extra_info("sslcontext", "gone") == "gone"
+        assert transport.is_closing()
+        with captured_asyncio_logs() as records:
+            for _ in range(6):
+                transport.write(b"x")
+        assert {r.getMessage() for r in records} == {"SSL connection is closed"}
+        assert transport.get_write_buffer_size() == 0
+        transport.abort()
+        transport.close()
+        await close_server(srv)
+
+    tls.run(main())
 
 
 def test_close_flushes_then_sends_close_notify(tls: Route, certs: Certs) -> None:
@@ -701,6 +748,43 @@ def test_pause_reading_inside_data_received(tls: Route, certs: Certs) -> None:
         server.transport.write(data)
         assert await client.wait_for_bytes(len(data)) == data
         assert client.calls > 1
+        transport.close()
+        await client.wait_lost()
+        await close_server(srv)
+
+    tls.run(main())
+
+
+@pytest.mark.divergence("tls-delivery-at-most-256k")
+def test_what_piled_up_while_paused_comes_in_chunks_of_at_most_256k(
+    tls: Route, certs: Certs
+) -> None:
+    loop = tls.loop
+    data = payload(2 * 1024 * 1024)
+
+    class Sizes(Recorder):
+        def __init__(self) -> None:
+            super().__init__(loop)
+            self.sizes: list[int] = []
+
+        def data_received(self, data: bytes) -> None:
+            self.sizes.append(len(data))
+            super().data_received(data)
+
+    async def main() -> None:
+        srv, transport, client, made = await connect_pair(tls, certs, client=Sizes)
+        server = await first(made)
+        transport.set_read_buffer_limits(high=16 * 1024 * 1024)
+        transport.pause_reading()
+        server.transport.write(data)
+        for _ in range(int(WAIT / 0.01)):
+            if transport.get_read_buffer_size() >= len(data):
+                break
+            await asyncio.sleep(0.01)
+        assert client.sizes == []
+        transport.resume_reading()
+        assert await client.wait_for_bytes(len(data)) == data
+        assert max(client.sizes) == 256 * 1024  # asyncio: one call of 2 MiB
         transport.close()
         await client.wait_lost()
         await close_server(srv)

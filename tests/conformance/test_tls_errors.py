@@ -562,6 +562,107 @@ def test_peer_sends_close_notify_but_keeps_tcp_open(tls: Route, certs: Certs) ->
     tls.run(main())
 
 
+def memory_bio_server_that_ends_first(context: ssl.SSLContext, how: str) -> Any:
+    """A TLS server (over memory BIOs) that ends its side while we still send.
+
+    After ping/pong it waits for ``release``, then sends close_notify
+    without waiting for ours (``how="close_notify"``) or shuts down TCP
+    writing (``how="fin"``), and reads until our close_notify or TCP
+    EOF. It records what it got in ``peer.got``:
+    the request, how many bytes followed, whether close_notify ended them.
+    """
+
+    def target(conn: socket.socket, peer: ThreadPeer) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        sslobj = context.wrap_bio(incoming, outgoing, server_side=True)
+
+        def pump() -> bool:
+            if outgoing.pending:
+                conn.sendall(outgoing.read())
+            chunk = conn.recv(65536)
+            incoming.write(chunk)
+            return bool(chunk)
+
+        while True:
+            try:
+                sslobj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pump()
+        if outgoing.pending:
+            conn.sendall(outgoing.read())
+        request = b""
+        while len(request) < 4:
+            try:
+                request += sslobj.read(4 - len(request))
+            except ssl.SSLWantReadError:
+                pump()
+        sslobj.write(b"pong")
+        conn.sendall(outgoing.read())
+        peer.release.wait(WAIT)
+        if how == "close_notify":
+            with pytest.raises(ssl.SSLWantReadError):
+                sslobj.unwrap()  # sent; ours is still to come
+            conn.sendall(outgoing.read())
+        else:
+            conn.shutdown(socket.SHUT_WR)
+        total = 0
+        closed = False
+        while True:
+            try:
+                data = sslobj.read(65536)
+            except ssl.SSLWantReadError:
+                if not pump():
+                    break  # TCP EOF
+                continue
+            except ssl.SSLZeroReturnError:
+                data = b""
+            if not data:
+                closed = True  # our close_notify
+                break
+            total += len(data)
+        peer.got = (request, total, closed)  # type: ignore[attr-defined]
+        peer.signal("done")
+
+    return target
+
+
+@pytest.mark.parametrize("how", ["close_notify", "fin"])
+def test_peer_ends_first_while_we_still_send(tls: Route, certs: Certs, how: str) -> None:
+    """Everything written before the peer's close_notify (or TCP FIN) still reaches it.
+
+    The client has megabytes queued (the lower transport paused the TLS
+    layer, so most of it waits as ciphertext) when the peer ends its side;
+    the shutdown that follows sends all of it first.
+    """
+    loop = tls.loop
+    chunk, count = 128 * 1024, 32
+
+    async def main() -> None:
+        target = memory_bio_server_that_ends_first(certs.server, how)
+        with ThreadPeer(loop, target) as peer:
+            peer.flag("done")
+            transport, client = await tls.connect(
+                lambda: Recorder(loop),
+                "127.0.0.1",
+                peer.port,
+                ssl=certs.client,
+                server_hostname="localhost",
+            )
+            transport.write(b"ping")
+            assert await client.wait_for_bytes(4) == b"pong"
+            for _ in range(count):
+                transport.write(b"x" * chunk)
+            assert transport.get_write_buffer_size() > 0
+            peer.release.set()
+            assert await client.wait_lost() is None
+            await peer.wait("done")
+            assert peer.got == (b"ping", chunk * count, how == "close_notify")  # type: ignore[attr-defined]
+            assert client.events[-2:] == ["eof", "lost"]
+
+    tls.run(main())
+
+
 def test_peer_resets_connection(tls: Route, certs: Certs) -> None:
     loop = tls.loop
 
@@ -677,17 +778,16 @@ def test_write_during_peer_close(tls: Route, certs: Certs) -> None:
     tls.run(main())
 
 
-def test_pause_in_connection_made_does_not_stall_the_handshake(
-    loop: asyncio.AbstractEventLoop, certs: Certs
-) -> None:
+@pytest.mark.divergence("tls-paused-client-sends-finished")
+def test_pause_in_connection_made_does_not_stall_the_handshake(tls: Route, certs: Certs) -> None:
     """A client paused in connection_made still sends its Finished.
 
     asyncio's SSL transport (3.11-3.13) flushes its last handshake flight
     only when it reads, so a client that pauses reading in connection_made
     leaves a TLS 1.3 server waiting for the handshake until the client
-    writes or resumes. The module always flushes (module route only).
+    writes or resumes. tideloop always flushes.
     """
-    tls = Route("module", loop)
+    loop = tls.loop
 
     class PausedAtStart(Recorder):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -708,5 +808,45 @@ def test_pause_in_connection_made_does_not_stall_the_handshake(
             transport.resume_reading()
             assert await client.wait_lost() is None
             assert client.data == b"hi"
+
+    tls.run(main())
+
+
+@pytest.mark.divergence("tls-data-before-error")
+def test_data_before_a_bad_record_is_delivered(tls: Route, certs: Certs) -> None:
+    """Records that arrived before a corrupt one reach data_received, then the SSLError."""
+    loop = tls.loop
+
+    def target(conn: socket.socket, peer: ThreadPeer) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        sslobj = certs.server.wrap_bio(incoming, outgoing, server_side=True)
+        while True:
+            try:
+                sslobj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    conn.sendall(outgoing.read())
+                incoming.write(conn.recv(65536))
+        sslobj.write(b"hello")
+        sslobj.write(b" world")
+        # In one segment: two good records, then one that fails its integrity check.
+        conn.sendall(outgoing.read() + b"\x17\x03\x03\x00\x20" + bytes(32))
+        peer.release.wait(WAIT)
+
+    async def main() -> None:
+        with ThreadPeer(loop, target) as peer:
+            _transport, client = await tls.connect(
+                lambda: Recorder(loop),
+                "127.0.0.1",
+                peer.port,
+                ssl=certs.client,
+                server_hostname="localhost",
+            )
+            exc = await client.wait_lost()
+            assert isinstance(exc, ssl.SSLError)
+            assert exc.reason == "DECRYPTION_FAILED_OR_BAD_RECORD_MAC"
+            assert client.data == b"hello world"  # asyncio: b""
+            assert client.events == ["made", "data", "lost"]
 
     tls.run(main())

@@ -459,9 +459,9 @@ ENTRIES: list[Entry] = [
         P,
         "fills the write backlog through writer.transport._test__append_write_backlog(), a "
         "test hook of sslproto._SSLProtocolTransport (plaintext queued without write(), so "
-        "without flow control or encryption); the eof_server half of the scenario, the peer "
-        "shutting down while we still send, is covered by "
-        "tests/conformance/test_tls.py",
+        "without flow control or encryption); the scenario through write() (the peer sends "
+        "close_notify, or TCP FIN, while megabytes are still queued, and must get them all) "
+        "is tests/conformance/test_tls_errors.py::test_peer_ends_first_while_we_still_send",
     ),
     # ================================================================ test_events
     Entry(

@@ -29,7 +29,7 @@ from tideloop._fdio.registry import FdRegistry
 from .base import ConnectionTracker
 from .datagram import DatagramTransport
 from .stream import SocketTransport
-from .tls import TLSProtocol, TLSTransport
+from .tls import SSLTransport, TLSProtocol
 from .tls import start_tls as _start_tls
 
 
@@ -66,7 +66,7 @@ class TransportMethods(CoreLoop):
         server: ConnectionTracker | None = None,
         ssl_handshake_timeout: float | None = constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout: float | None = constants.SSL_SHUTDOWN_TIMEOUT,
-    ) -> TLSTransport:
+    ) -> SSLTransport:
         tls = TLSProtocol(
             self,
             protocol,

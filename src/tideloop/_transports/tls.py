@@ -1,4 +1,4 @@
-"""TLS as a protocol layered over a stream transport: `TLSProtocol` and `TLSTransport`.
+"""TLS as a protocol layered over a stream transport: `TLSProtocol` and `SSLTransport`.
 
 Layer: transports. This module uses nothing of tideloop: only the public
 asyncio transport/protocol/loop API (``call_soon``, ``call_later``,
@@ -6,18 +6,18 @@ asyncio transport/protocol/loop API (``call_soon``, ``call_later``,
 the ``ssl`` module's memory BIOs. So it runs on any asyncio loop, exactly as
 asyncio's own ``sslproto.py`` is layered:
 
-    app protocol  <->  TLSTransport (asyncio.Transport, plaintext)
+    app protocol  <->  SSLTransport (asyncio.Transport, plaintext)
                            |
                        TLSProtocol (asyncio.BufferedProtocol, ciphertext)
                            |
-                       a stream transport (TCP or AF_UNIX, or another TLSTransport)
+                       a stream transport (TCP or AF_UNIX, or another SSLTransport)
 
 `TLSProtocol` is installed as the protocol of the lower transport (by
 ``create_connection``/``create_server``, or by ``set_protocol`` for
 `start_tls`); it reads ciphertext straight into its own buffer
 (``get_buffer``/``buffer_updated``), feeds it to an ``ssl.SSLObject`` through
 an incoming ``ssl.MemoryBIO``, and writes what OpenSSL puts in the outgoing
-BIO to the lower transport. The application sees `TLSTransport`
+BIO to the lower transport. The application sees `SSLTransport`
 (``TLSProtocol._app_transport``). Semantics are asyncio's ``sslproto.py`` of
 the running Python (3.11-3.13): the same states, exceptions and messages,
 extra info, logging, exception-handler contexts, flow-control defaults and
@@ -109,7 +109,7 @@ from asyncio.transports import _FlowControlMixin
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-__all__ = ["TLSProtocol", "TLSTransport", "create_transport_context", "start_tls"]
+__all__ = ["SSLTransport", "TLSProtocol", "create_transport_context", "start_tls"]
 
 # TLSProtocol._state
 UNWRAPPED: Final = 0
@@ -135,8 +135,24 @@ RECV_BUFFER_INITIAL: Final = 32 * 1024
 RECV_BUFFER_MAX: Final = 256 * 1024
 #: Plaintext decrypted per delivery to a ``Protocol`` (the scratch's size).
 SCRATCH_SIZE: Final = 256 * 1024
+#: The largest TLS record on the wire (header, 2**14 bytes of plaintext and
+#: TLS 1.2's maximum expansion; TLS 1.3 allows less).
+RECORD_MAX: Final = 5 + 16384 + 2048
 
 _BufferLike = bytes | bytearray | memoryview
+
+#: What a released connection's receive buffer becomes.
+_NO_BUFFER: Final = memoryview(b"")
+
+
+def _released(*args: object) -> int:
+    """Stands in for the SSL object's read/write/pending once released (never called)."""
+    raise ssl.SSLZeroReturnError("the connection's TLS state was released")
+
+
+def _released_bytes(size: int) -> bytes:
+    """Stands in for the SSL object's read into new bytes once released (never called)."""
+    raise ssl.SSLZeroReturnError("the connection's TLS state was released")
 
 
 class _Scratch(threading.local):
@@ -176,32 +192,38 @@ def _flowcontrol_limits(high: int | None, low: int | None, kib: int) -> tuple[in
     return high, low
 
 
-class TLSTransport(_FlowControlMixin):
+class SSLTransport(_FlowControlMixin):
     """The application-facing transport of a TLS connection (asyncio's ``_SSLProtocolTransport``).
 
     It subclasses asyncio's ``_FlowControlMixin`` as asyncio's does: the
     stdlib loop's ``sendfile()`` fallback accepts only such transports, and
     reads ``_protocol_paused`` and ``_loop`` from them.
+
+    Names kept as asyncio's, because code outside asyncio relies on them:
+    the class name contains "ssl" (CPython's test_events checks that of a
+    transport made with ``ssl=``), and the `TLSProtocol` is
+    ``_ssl_protocol`` (libraries read ``transport._ssl_protocol._extra``
+    or call its ``pause_writing()``; CPython's test_ssl does the latter).
     """
 
-    __slots__ = ("__weakref__", "_closed", "_tls")
+    __slots__ = ("__weakref__", "_closed", "_ssl_protocol")
 
     # Read by loops: start_tls() may stack TLS on this transport, and
     # loop.sendfile() must use its read()+write() fallback.
     _start_tls_compatible: bool = True
     _sendfile_compatible = constants._SendfileMode.FALLBACK
 
-    _tls: TLSProtocol
+    _ssl_protocol: TLSProtocol
     _protocol_paused: bool  # _FlowControlMixin's slot; mirrors TLSProtocol._app_writing_paused
 
     def __init__(self, loop: asyncio.AbstractEventLoop, tls: TLSProtocol) -> None:
         self._closed = False  # first: __del__ reads it
         super().__init__(None, loop)
-        self._tls = tls
+        self._ssl_protocol = tls
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<TLSTransport {state} {self._tls!r}>"
+        return f"<SSLTransport {state} {self._ssl_protocol!r}>"
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if not self._closed:
@@ -211,72 +233,83 @@ class TLSTransport(_FlowControlMixin):
     # -- BaseTransport
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._tls._get_extra_info(name, default)
+        return self._ssl_protocol._get_extra_info(name, default)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._tls._set_app_protocol(protocol)
+        self._ssl_protocol._set_app_protocol(protocol)
 
     def get_protocol(self) -> Any:
-        return self._tls._app_protocol
+        return self._ssl_protocol._app_protocol
 
     def is_closing(self) -> bool:
         return self._closed
 
     def close(self) -> None:
-        """Flush what was written, send close_notify, then close (asyncio's semantics)."""
+        """Flush what was written, send close_notify, then close (asyncio's semantics).
+
+        Called again on a closed transport, it releases the connection's
+        TLS state (SSL object, context, buffers) once the connection is
+        lost, so that an application protocol that keeps its transport
+        does not keep them alive. asyncio drops its reference to the SSL
+        protocol there instead, after which most of its transport's methods
+        raise AttributeError; ours go on answering as a closed transport's
+        (tests/divergences.py: ``tls-closed-twice``).
+        """
         if not self._closed:
             self._closed = True
-            self._tls._start_shutdown()
+            self._ssl_protocol._start_shutdown()
+        else:
+            self._ssl_protocol._release()
 
     # -- ReadTransport
 
     def is_reading(self) -> bool:
-        return not self._tls._app_reading_paused
+        return not self._ssl_protocol._app_reading_paused
 
     def pause_reading(self) -> None:
-        self._tls._app_reading_paused = True
+        self._ssl_protocol._app_reading_paused = True
 
     def resume_reading(self) -> None:
-        self._tls._resume_reading()
+        self._ssl_protocol._resume_reading()
 
     def set_read_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         """Limits on ciphertext received but not yet decrypted (asyncio's SSL transport)."""
-        tls = self._tls
+        tls = self._ssl_protocol
         tls._in_high, tls._in_low = _flowcontrol_limits(
             high, low, constants.FLOW_CONTROL_HIGH_WATER_SSL_READ
         )
         tls._control_ssl_reading()
 
     def get_read_buffer_limits(self) -> tuple[int, int]:
-        return (self._tls._in_low, self._tls._in_high)
+        return (self._ssl_protocol._in_low, self._ssl_protocol._in_high)
 
     def get_read_buffer_size(self) -> int:
-        return self._tls._incoming.pending
+        return self._ssl_protocol._incoming.pending
 
     # -- WriteTransport
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        tls = self._tls
+        tls = self._ssl_protocol
         tls._out_high, tls._out_low = _flowcontrol_limits(
             high, low, constants.FLOW_CONTROL_HIGH_WATER_SSL_WRITE
         )
         tls._control_app_writing()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
-        return (self._tls._out_low, self._tls._out_high)
+        return (self._ssl_protocol._out_low, self._ssl_protocol._out_high)
 
     def get_write_buffer_size(self) -> int:
-        tls = self._tls
+        tls = self._ssl_protocol
         return tls._outgoing.pending + tls._backlog_size
 
     def write(self, data: _BufferLike) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, got {type(data).__name__}")
         if data:
-            self._tls._write(data)
+            self._ssl_protocol._write(data)
 
     def writelines(self, list_of_data: Iterable[_BufferLike]) -> None:
-        self._tls._writelines(list_of_data)
+        self._ssl_protocol._writelines(list_of_data)
 
     def write_eof(self) -> None:
         """TLS has no half-close in asyncio: always NotImplementedError."""
@@ -288,12 +321,12 @@ class TLSTransport(_FlowControlMixin):
     def abort(self) -> None:
         """Close at once: buffered data is lost; ``connection_lost(None)`` follows."""
         self._closed = True
-        self._tls._abort(None)
+        self._ssl_protocol._abort(None)
 
     def _force_close(self, exc: BaseException | None) -> None:
         # asyncio 3.13's spelling of abort-with-an-exception.
         self._closed = True
-        self._tls._abort(exc)
+        self._ssl_protocol._abort(exc)
 
 
 class TLSProtocol(asyncio.BufferedProtocol):
@@ -335,16 +368,17 @@ class TLSProtocol(asyncio.BufferedProtocol):
         "_outgoing",
         "_reading",
         "_recv_view",
+        "_release_when_lost",
         "_server_hostname",
         "_server_side",
         "_shutdown_timeout",
         "_shutdown_timer",
         "_ssl_pending",
         "_ssl_read",
+        "_ssl_read_bytes",
         "_ssl_reading_paused",
         "_ssl_write",
         "_ssl_writing_paused",
-        "_sslcontext",
         "_sslobj",
         "_state",
         "_transport",
@@ -352,7 +386,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
     )
 
     _app_protocol: Any  # duck-typed, as in asyncio
-    _app_transport: TLSTransport | None
+    _app_transport: SSLTransport | None
     _transport: Any  # the lower transport: any asyncio.Transport
     _backlog: collections.deque[_BufferLike]
     _app_get_buffer: Callable[[int], Any] | None
@@ -388,7 +422,6 @@ class TLSProtocol(asyncio.BufferedProtocol):
         self._loop = loop
         self._server_side = server_side
         self._server_hostname = server_hostname if server_hostname and not server_side else None
-        self._sslcontext = sslcontext
         self._extra: dict[str, Any] = {"sslcontext": sslcontext}
         self._waiter = waiter
         self._handshake_timeout: float = ssl_handshake_timeout
@@ -405,6 +438,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
         self._eof_received = False
         self._reading = False
         self._flush_deferred = False
+        self._release_when_lost = False
 
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
@@ -426,7 +460,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
         self._set_app_protocol(app_protocol)
         # May raise (e.g. check_hostname without server_hostname): before
         # the app transport exists, so nothing warns about it.
-        self._sslobj = sslcontext.wrap_bio(
+        self._sslobj: ssl.SSLObject | None = sslcontext.wrap_bio(
             self._incoming,
             self._outgoing,
             server_side=server_side,
@@ -437,9 +471,10 @@ class TLSProtocol(asyncio.BufferedProtocol):
         # saving a Python frame per call. Same signatures, same exceptions.
         raw: Any = getattr(self._sslobj, "_sslobj", None) or self._sslobj
         self._ssl_read: Callable[[int, memoryview], int] = raw.read
+        self._ssl_read_bytes: Callable[[int], bytes] = raw.read  # the same, into new bytes
         self._ssl_write: Callable[[_BufferLike], int] = raw.write
         self._ssl_pending: Callable[[], int] = raw.pending
-        self._app_transport = TLSTransport(loop, self)
+        self._app_transport = SSLTransport(loop, self)
 
     def __repr__(self) -> str:
         side = "server" if self._server_side else "client"
@@ -520,7 +555,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """The lower connection exists: start the handshake."""
-        if self._state != UNWRAPPED or self._transport is not None:
+        if self._state != UNWRAPPED or self._transport is not None or self._sslobj is None:
             raise RuntimeError(
                 f"cannot switch state from {_STATE_NAMES[self._state]} to DO_HANDSHAKE"
             )
@@ -561,6 +596,27 @@ class TLSProtocol(asyncio.BufferedProtocol):
         if self._shutdown_timer is not None:
             self._shutdown_timer.cancel()
             self._shutdown_timer = None
+        # Nothing reads into it any more; the application may keep us.
+        self._recv_view = _NO_BUFFER
+        if self._release_when_lost:
+            self._drop_tls_state()
+
+    def _release(self) -> None:
+        """The application closed its transport again: drop the TLS state once lost."""
+        self._release_when_lost = True
+        if self._state == UNWRAPPED and self._transport is None:
+            self._drop_tls_state()
+
+    def _drop_tls_state(self) -> None:
+        """Forget everything that holds the SSL object or its context.
+
+        The transport then answers as a lost connection's does:
+        ``get_extra_info()`` gives the default.
+        """
+        self._extra = {}
+        self._sslobj = None
+        self._ssl_read = self._ssl_write = self._ssl_pending = _released
+        self._ssl_read_bytes = _released_bytes
 
     def get_buffer(self, sizehint: int) -> memoryview:
         view = self._recv_view
@@ -577,7 +633,10 @@ class TLSProtocol(asyncio.BufferedProtocol):
                 self._recv_view = memoryview(bytearray(min(2 * nbytes, RECV_BUFFER_MAX)))
         else:
             self._incoming.write(view[:nbytes])
-        self._process_incoming()
+        if self._state == WRAPPED:
+            self._do_read()  # the common case, without _process_incoming's dispatch
+        else:
+            self._process_incoming()
 
     def data_received(self, data: bytes) -> None:
         """For transports that do not use get_buffer(); also feeds bytes read elsewhere.
@@ -639,8 +698,11 @@ class TLSProtocol(asyncio.BufferedProtocol):
     # Handshake
 
     def _do_handshake(self) -> None:
+        sslobj = self._sslobj
+        if sslobj is None:
+            return  # released: connection_made refuses to start
         try:
-            self._sslobj.do_handshake()
+            sslobj.do_handshake()
         except _AGAIN:
             self._process_outgoing()
             return
@@ -666,7 +728,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
             timer.cancel()
         sslobj = self._sslobj
         peercert: Any = None
-        if handshake_exc is None:
+        if handshake_exc is None and sslobj is not None:
             try:
                 peercert = sslobj.getpeercert()
             except Exception as exc:
@@ -680,6 +742,8 @@ class TLSProtocol(asyncio.BufferedProtocol):
             self._fatal_error(handshake_exc, message)
             self._wakeup_waiter(handshake_exc)
             return
+        if sslobj is None:
+            return  # released (the connection is over)
         self._state = WRAPPED
         loop = self._loop
         if loop.get_debug():
@@ -734,9 +798,10 @@ class TLSProtocol(asyncio.BufferedProtocol):
             self._do_shutdown()
 
     def _do_shutdown(self) -> None:
+        sslobj = self._sslobj
         try:
-            if not self._eof_received:
-                self._sslobj.unwrap()
+            if not self._eof_received and sslobj is not None:
+                sslobj.unwrap()
         except _AGAIN:
             self._process_outgoing()
             return
@@ -775,7 +840,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
     # Outgoing: application writes
 
     def _write(self, data: _BufferLike) -> None:
-        """One non-empty buffer from TLSTransport.write()."""
+        """One non-empty buffer from SSLTransport.write()."""
         if self._state != WRAPPED or self._backlog:
             self._write_appdata((data,))
             return
@@ -786,10 +851,13 @@ class TLSProtocol(asyncio.BufferedProtocol):
         except Exception as exc:
             self._fatal_error(exc, "Fatal error on SSL protocol")
             return
-        if self._reading:
-            self._control_app_writing()  # flushed when the delivery returns
-        else:
+        if not self._reading:
             self._process_outgoing()
+        elif (
+            self._app_writing_paused
+            or self._outgoing.pending + self._backlog_size >= self._out_high
+        ):
+            self._control_app_writing()  # flushed when the delivery returns
 
     def _writelines(self, list_of_data: Iterable[_BufferLike]) -> None:
         chunks: list[_BufferLike] = []
@@ -863,7 +931,12 @@ class TLSProtocol(asyncio.BufferedProtocol):
                 transport = self._transport
                 if transport is not None:
                     transport.write(outgoing.read())
-        self._control_app_writing()
+        # _control_app_writing(), called only when it may act.
+        if (
+            self._app_writing_paused
+            or self._outgoing.pending + self._backlog_size >= self._out_high
+        ):
+            self._control_app_writing()
 
     def _control_app_writing(self) -> None:
         # asyncio's comparisons (>= high pauses, <= low resumes), kept exactly.
@@ -924,8 +997,20 @@ class TLSProtocol(asyncio.BufferedProtocol):
             if self._backlog and (state in (WRAPPED, FLUSHING)):
                 self._do_write()
             elif state != UNWRAPPED:
-                self._process_outgoing()
-            if self._state != UNWRAPPED:
+                # _process_outgoing(), inlined: once per delivery.
+                outgoing = self._outgoing
+                if outgoing.pending and not self._ssl_writing_paused:
+                    transport = self._transport
+                    if transport is not None:
+                        transport.write(outgoing.read())
+                if self._app_writing_paused or (
+                    outgoing.pending + self._backlog_size >= self._out_high
+                ):
+                    self._control_app_writing()
+            # _control_ssl_reading(), called only when it may act.
+            if self._state != UNWRAPPED and (
+                self._ssl_reading_paused or self._incoming.pending >= self._in_high
+            ):
                 self._control_ssl_reading()
         except Exception as exc:
             self._reading = False
@@ -936,14 +1021,39 @@ class TLSProtocol(asyncio.BufferedProtocol):
                 self._do_flush()
 
     def _read_copied(self) -> None:
-        """Decrypt into this thread's scratch, deliver ``bytes`` to data_received()."""
+        """Decrypt and deliver ``bytes`` to data_received(), at most SCRATCH_SIZE per call.
+
+        The common case (a request, a message: at most one record waiting,
+        no plaintext held by OpenSSL) takes one read() into new bytes sized
+        by the ciphertext, an upper bound on its plaintext, delivered as it
+        is. Otherwise, or if that read leaves more to decrypt, plaintext is
+        gathered in this thread's scratch and copied out once per delivery.
+        """
         read = self._ssl_read
         pending = self._ssl_pending
         incoming = self._incoming
         view = _scratch.view
+        total = 0
+        waiting = incoming.pending
+        if waiting <= RECORD_MAX and not pending():
+            if not waiting:
+                return  # nothing can decrypt (an incomplete record stays in OpenSSL)
+            try:
+                data = self._ssl_read_bytes(waiting)
+            except _AGAIN:
+                return  # an incomplete record, or only post-handshake messages
+            # An SSLError propagates: nothing was decrypted before it here.
+            if not data:
+                self._call_eof_received()
+                self._start_shutdown()
+                return
+            if not incoming.pending and not pending():
+                self._app_protocol.data_received(data)
+                return
+            total = len(data)  # more waiting: deliver this with it
+            view[:total] = data
         size = len(view)
         while True:
-            total = 0
             eof = False
             error: ssl.SSLError | None = None
             try:
@@ -975,6 +1085,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
             if self._app_buffered:
                 self._read_buffered()  # set_protocol() switched to a BufferedProtocol
                 return
+            total = 0
 
     def _read_buffered(self) -> None:
         """Decrypt straight into the application's buffer (BufferedProtocol)."""
