@@ -6,6 +6,9 @@ Layer: top. ``docs/architecture.md`` is the map; in short:
 handed to whoever uses it (no component reaches into the Loop):
 
     clock       _core/clock.py        where time comes from (injected: virtual time)
+    schedule    _core/run.py          optional: decides the orderings asyncio leaves open
+                                      (tideloop.testing's seeded perturbation); given to
+                                      the core only
     fds         _fdio/registry.py     FdRegistry: the poller's interest set, fd -> reader/
                                       writer handles, fd -> transport; the core's IoSource
     resolver    _fdio/dns.py          Resolver: literal-address fast path, getaddrinfo
@@ -47,7 +50,7 @@ import collections
 
 from ._core.clock import Clock, MonotonicClock
 from ._core.handles import Handle
-from ._core.run import CoreLoop, ReadyQueue
+from ._core.run import CoreLoop, ReadyQueue, Schedule
 from ._fdio.dns import DnsMethods, Resolver
 from ._fdio.registry import FdMethods, FdRegistry
 from ._fdio.sock import SockMethods
@@ -84,15 +87,27 @@ class Loop(
     *poller* picks the readiness mechanism: ``"epoll"``, ``"kqueue"``,
     ``"poll"``, a `Poller` instance, or None for the platform's best.
     *clock* supplies time (see ``tideloop._core.clock``); None means real
-    monotonic time.
+    monotonic time. *schedule* (see ``tideloop._core.run.Schedule``; e.g.
+    ``tideloop.testing.Perturber``) varies the orderings asyncio leaves open;
+    None means tideloop's fixed order.
     """
 
-    def __init__(self, *, poller: Poller | str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        poller: Poller | str | None = None,
+        clock: Clock | None = None,
+        schedule: Schedule | None = None,
+    ) -> None:
         ready: ReadyQueue = collections.deque()
         fds = FdRegistry(make_poller(poller), ready)
         try:
             CoreLoop.__init__(
-                self, ready=ready, io=fds, clock=MonotonicClock() if clock is None else clock
+                self,
+                ready=ready,
+                io=fds,
+                clock=MonotonicClock() if clock is None else clock,
+                schedule=schedule,
             )
         except BaseException:
             fds.close()
@@ -108,6 +123,11 @@ class Loop(
         self._own(self._children)
 
 
-def new_event_loop(*, poller: Poller | str | None = None, clock: Clock | None = None) -> Loop:
+def new_event_loop(
+    *,
+    poller: Poller | str | None = None,
+    clock: Clock | None = None,
+    schedule: Schedule | None = None,
+) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    return Loop(poller=poller, clock=clock)
+    return Loop(poller=poller, clock=clock, schedule=schedule)

@@ -12,7 +12,18 @@ A clock provides:
 - ``wait``: None for a real clock, which means "block in the poller for the
   timeout the loop computed". A virtual clock supplies a function
   ``wait(poll, timeout)`` that decides how long to really block and advances
-  its own time, e.g. jumping to the next deadline when the loop is idle.
+  its own time, e.g. jumping to the next deadline when the loop is idle
+  (``tideloop.testing.VirtualClock``).
+
+What the core promises a clock with a ``wait`` (a virtual clock):
+
+- ``timeout`` is 0 when callbacks are ready (the clock must not block or
+  move), the time until the earliest timer otherwise, or None when there is
+  no timer.
+- While executor jobs started by ``run_in_executor`` (or the default
+  executor's shutdown) are in flight, a positive timeout is passed as None:
+  their results are real work that will wake the loop, and time must not
+  skip ahead of them. The core counts those jobs only under such a clock.
 
 Invariant: time never goes backwards; the loop does not check it.
 """

@@ -14,6 +14,15 @@ returned to ``io.dispatch``, which queues the ready fds' callbacks. The core
 never learns what an fd is. Components that hold kernel resources are
 handed to `_own`, and `close` closes them, last owned first.
 
+A `Schedule` may be handed to the constructor too (``tideloop.testing``'s
+seeded perturbation). It decides the orderings asyncio leaves open, and only
+through three seams fixed at construction: the timer queue's tie-break keys,
+where other threads' ``call_soon_threadsafe`` handles go, and a wait
+function wrapped around the clock's (which sees each poll's results before
+they are dispatched). Without one (the default), `_run_once`, ``call_soon``,
+the timers and fd dispatch run exactly the code they ran before schedules
+existed: the seams are attributes bound here, not tests on the hot path.
+
 Semantics are asyncio's (``Lib/asyncio/base_events.py``) for the running
 Python. One iteration, `_run_once`, has asyncio's phases in asyncio's order:
 
@@ -31,6 +40,9 @@ Invariants (principles 3 and 4 of ``docs/architecture.md``):
 - `_run_once` is the only place the loop blocks (``io.poll``, or the
   clock's ``wait`` around it), and ``_now`` (the injected clock) is the
   only source of time.
+- Under a clock with a ``wait`` (virtual time), ``_executor_jobs`` counts
+  the executor jobs whose results have not reached their futures yet; the
+  clock is not allowed to jump while it is non-zero (see ``clock``).
 - ``_thread_id`` is not None exactly while ``run_forever`` runs; it is what
   ``is_running()`` and the debug-mode thread check read.
 - An exception from a callback goes to the exception handler and never stops
@@ -50,11 +62,18 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+)
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
-from .clock import Clock
+from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
 from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
 from .timers import TimerQueue
@@ -105,6 +124,31 @@ class Resource(Protocol):
     def close(self) -> None: ...
 
 
+class Schedule(Protocol):
+    """Decides the orderings asyncio leaves open (``tideloop.testing.Perturber``).
+
+    The core consults it only through what it returns at construction, so a
+    loop without one runs no schedule code at all.
+    """
+
+    def timer_keys(self) -> Iterator[int]:
+        """Tie-break keys for timers with equal deadlines (see `TimerQueue`)."""
+        ...
+
+    def attach(self, ready: ReadyQueue, wait: WaitFn | None) -> WaitFn:
+        """Bind to a loop's ready queue; return the wait function the loop calls.
+
+        *wait* is the clock's (None for real time: block in *poll*). The
+        returned function is called once per iteration, like a clock's wait,
+        and returns the events the loop dispatches, in dispatch order.
+        """
+        ...
+
+    def admit_threadsafe(self, handle: asyncio.Handle) -> None:
+        """Queue a ``call_soon_threadsafe`` handle. Called from any thread."""
+        ...
+
+
 def _stop_when_done(fut: asyncio.Future[Any]) -> None:
     """run_until_complete's done-callback: stop the future's loop."""
     if not fut.cancelled():
@@ -120,16 +164,35 @@ class CoreLoop(asyncio.AbstractEventLoop):
     # before this __init__ ran) must not warn or close anything in __del__.
     _closed: bool = True
 
-    def __init__(self, *, ready: ReadyQueue, io: IoSource, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        ready: ReadyQueue,
+        io: IoSource,
+        clock: Clock,
+        schedule: Schedule | None = None,
+    ) -> None:
         self._debug = False
         self._thread_id: int | None = None
         self._stopping = False
         self._ready = ready
-        self._timers = TimerQueue()
+        self._timers = TimerQueue() if schedule is None else TimerQueue(schedule.timer_keys())
         self._clock = clock
         self._now = clock.now
         self._clock_resolution = clock.resolution
-        self._clock_wait = clock.wait
+        # What _run_once calls to block: None (the poller itself), or the
+        # clock's wait behind the executor-job gate, or the schedule's wait
+        # around either. Composed once, here.
+        wait = self._virtual_wait = clock.wait
+        self._executor_jobs = 0
+        self._count_executor_jobs = wait is not None
+        if wait is not None:
+            wait = self._wait_behind_executor_jobs
+        self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
+        if schedule is not None:
+            wait = schedule.attach(ready, wait)
+            self._admit_threadsafe = schedule.admit_threadsafe
+        self._clock_wait = wait
         self._io = io
         self._poll = io.poll
         self._dispatch = io.dispatch
@@ -238,7 +301,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
         handle = ThreadSafeHandle(callback, args, self, context)
         if handle._source_traceback:
             del handle._source_traceback[-THREADSAFE_TRIM:]
-        self._ready.append(handle)
+        # The ready queue's append, or the schedule's admission (see __init__).
+        self._admit_threadsafe(handle)
         self._waker.wake()
         return handle
 
@@ -308,6 +372,23 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 raise
             except BaseException as exc:
                 self.call_exception_handler(callback_error_context(handle, exc, False))
+
+    def _wait_behind_executor_jobs(
+        self, poll: PollFn, timeout: float | None
+    ) -> list[tuple[int, int]]:
+        """The virtual clock's wait, told "no deadline" while executor jobs run."""
+        if timeout and self._executor_jobs:
+            timeout = None
+        wait = self._virtual_wait
+        assert wait is not None
+        return wait(poll, timeout)
+
+    def _executor_job_started(self, fut: asyncio.Future[Any]) -> None:
+        self._executor_jobs += 1
+        fut.add_done_callback(self._executor_job_done)
+
+    def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
+        self._executor_jobs -= 1
 
     def _run_ready_debug(self) -> None:
         ready = self._ready
@@ -643,7 +724,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 executor = self._default_executor = concurrent.futures.ThreadPoolExecutor(
                     thread_name_prefix="asyncio"
                 )
-        return asyncio.wrap_future(executor.submit(func, *args), loop=self)
+        fut = asyncio.wrap_future(executor.submit(func, *args), loop=self)
+        if self._count_executor_jobs:
+            self._executor_job_started(fut)
+        return fut
 
     def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
@@ -656,6 +740,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if executor is None:
             return
         future = self.create_future()
+        if self._count_executor_jobs:
+            self._executor_job_started(future)
         # Joining the pool's threads blocks, so a helper thread does it.
         thread = threading.Thread(target=self._join_executor, args=(executor, future))
         thread.start()

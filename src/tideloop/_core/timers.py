@@ -8,10 +8,13 @@ Layer: core. Semantics are asyncio's (base_events._run_once):
   thresholds are asyncio's, so memory and CPU under timeout churn match.
 - A timer is due when its deadline is earlier than ``now + resolution``.
 
-Heap entries are ``(when, sequence, handle)`` tuples: tuple comparison runs
-in C (TimerHandle's ``__lt__`` is Python), and the sequence number makes
-timers with equal deadlines fire in the order they were scheduled, which
-asyncio leaves undefined.
+Heap entries are ``(when, key, handle)`` tuples: tuple comparison runs in C
+(TimerHandle's ``__lt__`` is Python), and the key orders timers with equal
+deadlines, which asyncio leaves undefined. By default the keys are a
+sequence number, so equal deadlines fire in the order they were scheduled.
+A `Schedule` (``tideloop.testing``) hands the queue its own keys through the
+constructor, seeded random numbers that vary that order; deadline order is
+the heap's and no key can change it.
 
 Invariants:
 - ``handle._scheduled`` is True iff the handle is in ``heap``.
@@ -23,7 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heapify, heappop, heappush
 from typing import Final
 
@@ -37,10 +40,11 @@ MIN_CANCELLED_FRACTION: Final = 0.5
 class TimerQueue:
     __slots__ = ("_seq", "cancelled", "heap")
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Iterator[int] | None = None) -> None:
+        """*keys*: tie-break keys for equal deadlines (None: scheduling order)."""
         self.heap: list[tuple[float, int, TimerHandle]] = []
         self.cancelled = 0
-        self._seq = itertools.count()
+        self._seq: Iterator[int] = itertools.count() if keys is None else keys
 
     def __len__(self) -> int:
         return len(self.heap)

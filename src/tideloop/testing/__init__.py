@@ -1,0 +1,104 @@
+"""tideloop.testing: virtual time, seeded schedule perturbation, a pytest plugin.
+
+Layer: top. Everything here is built from constructor arguments of
+`tideloop.Loop` (``clock=``, ``schedule=``); nothing is patched.
+
+    from tideloop import testing
+
+    # An hour of asyncio.sleep in well under a second of real time:
+    testing.run(main(), virtual_time=True)
+
+    # The same program under a seeded schedule (same seed, same decisions):
+    testing.run(main(), seed=1234)
+
+    loop = testing.new_event_loop(virtual_time=True, seed=7)   # both
+
+- `VirtualClock` (``_clock``): time that moves by `VirtualClock.advance` or
+  jumps to the next timer when the loop is idle (autojump).
+- `Perturber` (``_schedule``): varies the orderings asyncio leaves open; its
+  module docstring is the exact model.
+- The pytest plugin (``tideloop.testing.pytest_plugin``, registered as a
+  ``pytest11`` entry point) is inactive unless ``--tideloop...`` options,
+  the ``tideloop`` marker or the ``tideloop_clock`` fixture are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+import functools
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from tideloop._loop import Loop
+from tideloop._pollers import Poller
+
+from ._clock import VirtualClock
+from ._schedule import Perturber
+
+__all__ = ["Perturber", "VirtualClock", "current_clock", "new_event_loop", "run"]
+
+_T = TypeVar("_T")
+
+
+def new_event_loop(
+    *,
+    virtual_time: bool | VirtualClock = False,
+    seed: int | None = None,
+    poller: Poller | str | None = None,
+    autojump_threshold: float = 0.0,
+) -> Loop:
+    """A tideloop loop for tests (usable as asyncio's ``loop_factory``).
+
+    *virtual_time*: True for a new `VirtualClock` (with *autojump_threshold*),
+    or the `VirtualClock` to use. *seed*: an int to perturb the schedule with
+    a `Perturber` of that seed; None keeps tideloop's fixed order.
+    """
+    clock: VirtualClock | None
+    if isinstance(virtual_time, VirtualClock):
+        clock = virtual_time
+    elif virtual_time:
+        clock = VirtualClock(autojump_threshold=autojump_threshold)
+    else:
+        clock = None
+    schedule = None if seed is None else Perturber(seed)
+    return Loop(poller=poller, clock=clock, schedule=schedule)
+
+
+def run(
+    main: Coroutine[Any, Any, _T],
+    *,
+    virtual_time: bool | VirtualClock = False,
+    seed: int | None = None,
+    debug: bool | None = None,
+    autojump_threshold: float = 0.0,
+) -> _T:
+    """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
+
+    If it raises and a *seed* was given, the exception carries a note with
+    the seed, so the traceback says how to replay the run.
+    """
+    if asyncio.events._get_running_loop() is not None:
+        raise RuntimeError("tideloop.testing.run() cannot be called from a running event loop")
+    factory = functools.partial(
+        new_event_loop,
+        virtual_time=virtual_time,
+        seed=seed,
+        autojump_threshold=autojump_threshold,
+    )
+    try:
+        with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
+            return runner.run(main)
+    except BaseException as exc:
+        if seed is not None:
+            exc.add_note(f"tideloop.testing: schedule seed {seed} (replay with seed={seed})")
+        raise
+
+
+def current_clock() -> VirtualClock:
+    """The running loop's `VirtualClock` (call from a coroutine or callback)."""
+    loop = asyncio.get_running_loop()
+    clock = loop._clock if isinstance(loop, Loop) else None
+    if not isinstance(clock, VirtualClock):
+        raise RuntimeError("the running loop has no VirtualClock (use virtual_time=True)")
+    return clock

@@ -1,0 +1,237 @@
+"""Perturber: what it varies, what it never breaks, replay, and the planted races."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from races import RACES, Planted, fails, seeds_to_find
+
+import tideloop
+from tideloop import testing
+from tideloop._core.clock import MonotonicClock
+from tideloop._pollers import READ
+from tideloop.testing import Perturber
+
+SEEDS = range(40)
+
+
+@pytest.fixture
+def socketpairs() -> Iterator[list[tuple[socket.socket, socket.socket]]]:
+    pairs = [socket.socketpair() for _ in range(6)]
+    yield pairs
+    for a, b in pairs:
+        a.close()
+        b.close()
+
+
+def io_and_timer_trace(
+    seed: int | None, pairs: list[tuple[socket.socket, socket.socket]]
+) -> list[str]:
+    """Callbacks of fds ready in the same polls and of timers due at the same instant."""
+    loop = testing.new_event_loop(virtual_time=True, seed=seed)
+    trace: list[str] = []
+    try:
+
+        def on_readable(i: int, sock: socket.socket) -> None:
+            sock.recv(100)
+            trace.append(f"fd{i}")
+
+        async def main() -> None:
+            for round_ in range(5):
+                for i, (a, b) in enumerate(pairs):
+                    loop.add_reader(b, on_readable, i, b)
+                    a.send(b"x")
+                for i in range(6):
+                    loop.call_later(1, trace.append, f"t{i}")
+                while len(trace) < 12 * (round_ + 1):
+                    await asyncio.sleep(0.5)
+                for _, b in pairs:
+                    loop.remove_reader(b)
+
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return trace
+
+
+def test_the_default_loop_runs_no_schedule_code() -> None:
+    loop = tideloop.new_event_loop()
+    try:
+        # Exactly the pre-schedule path: the poller itself, the deque's append.
+        assert loop._clock_wait is None
+        assert loop._admit_threadsafe == loop._ready.append
+        assert isinstance(loop._clock, MonotonicClock)
+    finally:
+        loop.close()
+
+
+def test_same_seed_same_decisions(socketpairs: list[tuple[socket.socket, socket.socket]]) -> None:
+    fixed = io_and_timer_trace(None, socketpairs)
+    assert fixed == io_and_timer_trace(None, socketpairs)
+    traces = {}
+    for seed in range(8):
+        first = io_and_timer_trace(seed, socketpairs)
+        assert first == io_and_timer_trace(seed, socketpairs), f"seed {seed} did not replay"
+        assert sorted(first) == sorted(fixed)  # the same callbacks, in another order
+        traces[seed] = first
+    assert len({tuple(t) for t in traces.values()}) == len(traces)  # seeds differ
+    assert all(t != fixed for t in traces.values())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_guarantees_hold(seed: int) -> None:
+    """call_soon FIFO, deadline order, never early, loop-thread threadsafe FIFO."""
+    loop = testing.new_event_loop(seed=seed)
+    soon: list[int] = []
+    timers: list[tuple[float, float]] = []
+    from_thread: list[int] = []
+    try:
+
+        def on_timer(when: float) -> None:
+            timers.append((when, loop.time()))
+
+        async def main() -> None:
+            base = loop.time()
+            for i in range(50):
+                when = base + (i % 7) * 0.001
+                loop.call_at(when, on_timer, when)
+                if i % 2:
+                    loop.call_soon(soon.append, i)
+                else:
+                    loop.call_soon_threadsafe(soon.append, i)  # from the loop's thread
+            worker = threading.Thread(
+                target=lambda: [
+                    loop.call_soon_threadsafe(from_thread.append, i) for i in range(200)
+                ]
+            )
+            worker.start()
+            await asyncio.sleep(0.02)
+            worker.join()
+            while len(from_thread) < 200:
+                await asyncio.sleep(0.001)
+
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert soon == list(range(50))
+    assert from_thread == list(range(200))  # one thread's handles keep their order
+    whens = [when for when, _ in timers]
+    assert whens == sorted(whens)
+    assert all(ran >= when for when, ran in timers)
+
+
+def dispatch_gaps(seed: int, a: socket.socket, b: socket.socket) -> list[int]:
+    """Iterations between dispatches of an fd that stays readable."""
+    loop = testing.new_event_loop(seed=seed)
+    iterations = 0
+    last = 0
+    gaps: list[int] = []
+
+    def tick() -> None:
+        nonlocal iterations
+        iterations += 1
+        if len(gaps) < 50:
+            loop.call_soon(tick)
+        else:
+            loop.stop()
+
+    def readable() -> None:
+        nonlocal last
+        gaps.append(iterations - last)
+        last = iterations
+
+    a.send(b"x")  # b stays readable: nobody reads it
+    try:
+        loop.add_reader(b, readable)
+        loop.call_soon(tick)
+        loop.run_forever()
+        loop.remove_reader(b)
+    finally:
+        loop.close()
+        b.recv(10)
+    return gaps
+
+
+def test_deferral_is_bounded() -> None:
+    """An fd that stays ready is dispatched within max_defer + 1 iterations."""
+    max_defer = Perturber.__init__.__kwdefaults__["max_defer"]
+    a, b = socket.socketpair()
+    try:
+        gaps = [gap for seed in range(30) for gap in dispatch_gaps(seed, a, b)]
+    finally:
+        a.close()
+        b.close()
+    assert max(gaps) == max_defer + 1  # deferred, but never longer
+    assert min(gaps) == 1
+
+
+def test_held_results_never_let_virtual_time_pass() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        for _ in range(20):
+            await asyncio.wait_for(asyncio.to_thread(time.sleep, 0.001), 1)
+        return loop.time()
+
+    for seed in range(10):
+        assert testing.run(main(), virtual_time=True, seed=seed) == 0.0
+
+
+def test_a_perturber_schedules_one_loop() -> None:
+    perturber = Perturber(1)
+    loop = tideloop.new_event_loop(schedule=perturber)
+    try:
+        with pytest.raises(RuntimeError, match="one loop"):
+            tideloop.new_event_loop(schedule=perturber)
+    finally:
+        loop.close()
+    with pytest.raises(TypeError):
+        Perturber("1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Perturber(1, hold_probability=2)
+
+
+def test_failing_run_names_its_seed() -> None:
+    async def main() -> None:
+        raise AssertionError("boom")
+
+    with pytest.raises(AssertionError) as info:
+        testing.run(main(), seed=1234)
+    assert "schedule seed 1234" in "".join(info.value.__notes__)
+
+
+def test_poll_events_are_permuted_not_lost() -> None:
+    perturber = Perturber(3)
+    events = [(fd, READ) for fd in range(10, 20)]
+    wait = perturber.attach(collections.deque(), None)
+    seen: list[int] = []
+    for _ in range(10):
+        seen += [fd for fd, _ in wait(lambda timeout: list(events), 0.0)]
+    # Every fd comes out, none more often than polled, and not always in order.
+    assert set(seen) == set(range(10, 20))
+    assert seen[:10] != list(range(10, 20)) or seen[10:20] != list(range(10, 20))
+
+
+# ----------------------------------------------------------------------
+# The planted races
+
+
+@pytest.mark.parametrize("planted", RACES, ids=lambda p: p.name)
+def test_planted_race_passes_on_the_normal_loop(planted: Planted) -> None:
+    runs = 50 if planted.name == "executor_result_vs_timer" else 200
+    failures = [i for i in range(runs) if fails(planted, None)]
+    assert failures == []
+
+
+@pytest.mark.parametrize("planted", RACES, ids=lambda p: p.name)
+def test_planted_race_is_found_and_replays(planted: Planted) -> None:
+    for base in (0, 5000, 90000):
+        n = seeds_to_find(planted, base, limit=100)
+        assert n is not None, f"not found within 100 seeds from {base}"
+        seed = base + n - 1
+        assert fails(planted, seed) and fails(planted, seed), f"seed {seed} did not replay"

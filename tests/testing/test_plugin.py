@@ -1,0 +1,312 @@
+"""The pytest plugin, run as a user would: pytest in a subprocess on a small suite.
+
+Each test writes a suite into a temporary directory (a project that has
+never heard of tideloop: no conftest, no import of the plugin) and runs
+pytest on it with the plugin's options, through the ``pytest11`` entry
+point. The suites check from the inside which loop they run on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
+needs_pytest_asyncio = pytest.mark.skipif(
+    not HAS_PYTEST_ASYNCIO, reason="pytest-asyncio is not installed"
+)
+
+INI = """\
+[pytest]
+asyncio_default_fixture_loop_scope = function
+"""
+
+#: A helper every suite imports: which loop is running?
+LOOPKIND = """\
+import asyncio, os
+
+def on_tideloop():
+    loop = asyncio.get_running_loop()
+    return type(loop).__module__.startswith("tideloop")
+
+def expected():
+    return os.environ.get("EXPECT_TIDELOOP") == "1"
+"""
+
+PYTEST_ASYNCIO_SUITE = """\
+import asyncio
+import pytest
+import pytest_asyncio
+from loopkind import expected, on_tideloop
+
+@pytest.mark.asyncio
+async def test_loop_kind():
+    assert on_tideloop() == expected()
+
+@pytest_asyncio.fixture
+async def server():
+    srv = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    yield srv
+    srv.close()
+    await srv.wait_closed()
+
+@pytest.mark.asyncio
+async def test_async_fixture_same_loop(server):
+    assert on_tideloop() == expected()
+    assert server.get_loop() is asyncio.get_running_loop()
+"""
+
+ANYIO_SUITE = """\
+import pytest
+from loopkind import expected, on_tideloop
+
+pytestmark = pytest.mark.anyio
+
+@pytest.fixture(params=["asyncio", ("asyncio", {"debug": True})], ids=["str", "tuple"])
+def anyio_backend(request):
+    return request.param
+
+async def test_loop_kind(anyio_backend):
+    assert on_tideloop() == expected()
+    if isinstance(anyio_backend, str):
+        assert anyio_backend == "asyncio"  # the plugin leaves the value alone
+"""
+
+UNITTEST_SUITE = """\
+import unittest
+from loopkind import expected, on_tideloop
+
+class T(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self):
+        self.kind = on_tideloop()
+
+    async def test_loop_kind(self):
+        assert self.kind == on_tideloop() == expected()
+"""
+
+PLAIN_SUITE = """\
+import asyncio
+from loopkind import expected, on_tideloop
+
+def test_asyncio_run():
+    async def main():
+        return on_tideloop()
+    assert asyncio.run(main()) == expected()
+
+def test_new_event_loop():
+    loop = asyncio.new_event_loop()
+    try:
+        assert type(loop).__module__.startswith("tideloop") == expected()
+    finally:
+        loop.close()
+"""
+
+VIRTUAL_SUITE = """\
+import asyncio, time
+import pytest
+
+@pytest.mark.tideloop(virtual_time=True)
+def test_marker_hour():
+    async def main():
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.sleep(3600)
+        return asyncio.get_running_loop().time() - t0
+    start = time.perf_counter()
+    assert asyncio.run(main()) == 3600
+    assert time.perf_counter() - start < 2
+
+def test_clock_fixture(tideloop_clock):
+    async def main():
+        loop = asyncio.get_running_loop()
+        assert loop._clock is tideloop_clock
+        async with asyncio.timeout(30):
+            await asyncio.sleep(10)
+        return loop.time()
+    assert asyncio.run(main()) == 10
+    assert tideloop_clock.now() == 10
+
+def test_unmarked_is_real():
+    async def main():
+        return type(asyncio.get_running_loop()).__module__
+    assert not asyncio.run(main()).startswith("tideloop")
+"""
+
+SEEDS_SUITE = """\
+import asyncio
+import pytest
+
+RUNS = []
+
+async def _two_timers_same_instant():
+    order = []
+    loop = asyncio.get_running_loop()
+    when = loop.time() + 0.001
+    loop.call_at(when, order.append, "first")
+    loop.call_at(when, order.append, "second")
+    await asyncio.sleep(0.01)
+    return order
+
+@pytest.mark.tideloop  # asyncio.run() inside: the marker makes it an async test
+def test_assumes_timer_order():
+    RUNS.append(1)
+    assert asyncio.run(_two_timers_same_instant()) == ["first", "second"]
+
+def test_sync_runs_once():
+    RUNS.append(2)
+    assert RUNS.count(2) == 1
+"""
+
+MARKED_SUITE = """\
+import asyncio, unittest
+import pytest
+
+@pytest.mark.asyncio
+@pytest.mark.tideloop(virtual_time=True)
+async def test_pytest_asyncio_marked():
+    await asyncio.sleep(1000)
+    assert asyncio.get_running_loop().time() == 1000
+
+@pytest.mark.asyncio
+async def test_pytest_asyncio_unmarked():
+    assert not type(asyncio.get_running_loop()).__module__.startswith("tideloop")
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+@pytest.mark.anyio
+@pytest.mark.tideloop
+async def test_anyio_marked(tideloop_clock):
+    import anyio
+    await anyio.sleep(50)
+    assert tideloop_clock.now() == 50
+
+class T(unittest.IsolatedAsyncioTestCase):
+    @pytest.mark.tideloop(virtual_time=True)
+    async def test_unittest_marked(self):
+        await asyncio.sleep(100)
+        assert asyncio.get_running_loop().time() == 100
+"""
+
+
+def run_pytest(
+    tmp_path: Path, files: dict[str, str], *args: str, expect_tideloop: bool
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "pytest.ini").write_text(INI if HAS_PYTEST_ASYNCIO else "[pytest]\n")
+    (tmp_path / "loopkind.py").write_text(LOOPKIND)
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    env = dict(os.environ, EXPECT_TIDELOOP="1" if expect_tideloop else "0", PYTHONPATH=".")
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args],
+        cwd=tmp_path,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def outcome(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    return {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|error|skipped)", last)}
+
+
+@needs_pytest_asyncio
+@pytest.mark.parametrize("on", [False, True], ids=["inactive", "tideloop"])
+def test_pytest_asyncio(tmp_path: Path, on: bool) -> None:
+    args = ["--tideloop"] if on else []
+    proc = run_pytest(tmp_path, {"test_pa.py": PYTEST_ASYNCIO_SUITE}, *args, expect_tideloop=on)
+    assert outcome(proc) == {"passed": 2}, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["inactive", "tideloop"])
+def test_anyio(tmp_path: Path, on: bool) -> None:
+    args = ["--tideloop"] if on else []
+    proc = run_pytest(tmp_path, {"test_any.py": ANYIO_SUITE}, *args, expect_tideloop=on)
+    assert outcome(proc) == {"passed": 2}, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["inactive", "tideloop"])
+def test_unittest_and_asyncio_run(tmp_path: Path, on: bool) -> None:
+    args = ["--tideloop"] if on else []
+    files = {"test_ut.py": UNITTEST_SUITE, "test_plain.py": PLAIN_SUITE}
+    proc = run_pytest(tmp_path, files, *args, expect_tideloop=on)
+    assert outcome(proc) == {"passed": 3}, proc.stdout + proc.stderr
+
+
+def test_marker_and_clock_fixture_without_options(tmp_path: Path) -> None:
+    proc = run_pytest(tmp_path, {"test_v.py": VIRTUAL_SUITE}, expect_tideloop=False)
+    assert outcome(proc) == {"passed": 3}, proc.stdout + proc.stderr
+
+
+@needs_pytest_asyncio
+def test_marker_reaches_every_kind_of_test(tmp_path: Path) -> None:
+    proc = run_pytest(tmp_path, {"test_marked.py": MARKED_SUITE}, expect_tideloop=False)
+    assert outcome(proc) == {"passed": 4}, proc.stdout + proc.stderr
+
+
+def test_virtual_time_option(tmp_path: Path) -> None:
+    suite = """\
+    import asyncio, time
+
+    def test_day():
+        async def main():
+            await asyncio.sleep(86400)
+            return asyncio.get_running_loop().time()
+        start = time.perf_counter()
+        assert asyncio.run(main()) == 86400
+        assert time.perf_counter() - start < 2
+    """
+    proc = run_pytest(
+        tmp_path, {"test_day.py": suite}, "--tideloop-virtual-time", expect_tideloop=True
+    )
+    assert outcome(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    proc = run_pytest(tmp_path, {"test_day.py": suite}, "--timeout=3", expect_tideloop=False)
+    assert "failed" in outcome(proc) or proc.returncode != 0
+
+
+def test_seeds_find_the_race_and_replay_it(tmp_path: Path) -> None:
+    files = {"test_race.py": SEEDS_SUITE}
+    # The fixed order: passes.
+    proc = run_pytest(tmp_path, files, "--tideloop", expect_tideloop=True)
+    assert outcome(proc) == {"passed": 2}, proc.stdout + proc.stderr
+    # Seeds: the first failing one is named, with the command that replays it.
+    proc = run_pytest(tmp_path, files, "--tideloop-seeds=50", expect_tideloop=True)
+    assert outcome(proc) == {"failed": 1, "passed": 1}, proc.stdout + proc.stderr
+    match = re.search(r"replay: (pytest \S+ --tideloop-seed=(\d+))", proc.stdout)
+    assert match, proc.stdout
+    assert "failing schedule seeds" in proc.stdout
+    seed = match.group(2)
+    for _ in range(3):
+        replay = run_pytest(
+            tmp_path,
+            files,
+            "test_race.py::test_assumes_timer_order",
+            f"--tideloop-seed={seed}",
+            expect_tideloop=True,
+        )
+        assert outcome(replay) == {"failed": 1}, replay.stdout
+        assert f"schedule seed {seed}" in replay.stdout
+
+
+def test_bad_marker_is_a_usage_error(tmp_path: Path) -> None:
+    suite = """\
+    import pytest
+
+    @pytest.mark.tideloop(virtual=True)
+    def test_x():
+        pass
+    """
+    proc = run_pytest(tmp_path, {"test_bad.py": suite}, expect_tideloop=False)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "takes only the keyword arguments" in proc.stderr
