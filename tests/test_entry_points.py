@@ -285,3 +285,64 @@ def test_running_loop_functions_are_looked_up_at_call_time() -> None:
     finally:
         loop.close()
         events._set_running_loop, events._get_running_loop, events.get_running_loop = saved
+
+
+STATS_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys, time
+
+    async def slowpoke():
+        await asyncio.sleep(0.001)
+        time.sleep(0.12)  # blocks the loop
+        await asyncio.sleep(0)
+
+    async def main():
+        await asyncio.gather(
+            asyncio.create_task(slowpoke(), name="slowpoke"), asyncio.sleep(0.03)
+        )
+
+    asyncio.run(main())
+    print("done")
+    sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    """
+)
+
+
+def test_stats_reports_loop_metrics_and_slow_tasks(tmp_path: Path) -> None:
+    script = tmp_path / "slow.py"
+    script.write_text(STATS_SCRIPT)
+    out = run_python("-m", "tideloop", "--stats", str(script))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "done\n"  # the report goes to stderr only
+    report = out.stderr
+    assert report.startswith("tideloop --stats: 1 loop, ran ")
+    for field in ("iterations", "callbacks", "utilisation", "timer lag", "p99", "max"):
+        assert field in report, report
+    assert "slow callbacks  1 (>= 100 ms)" in report
+    # The slow task by name, and where it stopped in the script.
+    [line] = [line for line in report.splitlines() if "slowpoke" in line]
+    assert f"{script}:7 in slowpoke" in line
+
+
+def test_stats_threshold_option_and_exit_code(tmp_path: Path) -> None:
+    script = tmp_path / "slow.py"
+    script.write_text(STATS_SCRIPT)
+    out = run_python("-m", "tideloop", "--stats", "--slow-threshold", "5", str(script), "4")
+    assert out.returncode == 4  # the script's exit code survives; the report still prints
+    assert "slow callbacks  0 (>= 5000 ms)" in out.stderr
+    assert "slowpoke" not in out.stderr
+    out = run_python("-m", "tideloop", "--stats", "--slow-threshold=0.05", str(script))
+    assert "slow callbacks  1 (>= 50 ms)" in out.stderr
+
+
+def test_stats_without_loops_and_bad_options(tmp_path: Path) -> None:
+    script = tmp_path / "noloop.py"
+    script.write_text("print('hi')\n")
+    out = run_python("-m", "tideloop", "--stats", str(script))
+    assert out.returncode == 0 and "created no tideloop loop" in out.stderr
+    out = run_python("-m", "tideloop", "--slow-threshold", "abc", str(script))
+    assert out.returncode == 2 and "not a number: 'abc'" in out.stderr
+    out = run_python("-m", "tideloop", "--slow-threshold", "-1", str(script))
+    assert out.returncode == 2 and "must be >= 0" in out.stderr
+    out = run_python("-m", "tideloop", "--stats")
+    assert out.returncode == 2 and "a script or -m MODULE is needed" in out.stderr

@@ -11,10 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._core.metrics import LoopMetrics, SlowCallback
 from ._loop import Loop, new_event_loop
 from ._runner import install, run
 
-__all__ = ["EventLoopPolicy", "Loop", "__version__", "install", "new_event_loop", "run"]
+__all__ = [
+    "EventLoopPolicy",
+    "Loop",
+    "LoopMetrics",
+    "SlowCallback",
+    "__version__",
+    "install",
+    "new_event_loop",
+    "run",
+]
 
 __version__ = "0.1.0"
 

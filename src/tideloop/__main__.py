@@ -5,7 +5,8 @@ script runs as ``__main__`` with ``sys.argv`` and ``sys.path[0]`` set as
 ``python SCRIPT`` would set them, so its ``asyncio.run()``,
 ``asyncio.new_event_loop()`` and ``asyncio.get_event_loop()`` get tideloop
 loops. ``-m MODULE`` runs a module the same way; ``--version`` prints the
-version.
+version. ``--stats`` prints the loops' metrics to stderr at exit (see
+``tideloop._stats``), also when the program fails.
 """
 
 from __future__ import annotations
@@ -15,12 +16,24 @@ import runpy
 import sys
 
 from . import __version__, install
+from ._stats import StatsCollector
 
 USAGE = """\
-usage: python -m tideloop [--version] (SCRIPT | -m MODULE) [ARGS...]
+usage: python -m tideloop [--version] [--stats [--slow-threshold SECONDS]]
+                          (SCRIPT | -m MODULE) [ARGS...]
 
 Run an asyncio program with tideloop as its event loop.
+
+  --stats                  at exit, print the loops' metrics to stderr:
+                           iterations, utilisation, timer lag percentiles
+                           and the slowest callbacks with their task names
+  --slow-threshold SECONDS a callback running this long is slow (0.1)
 """
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"python -m tideloop: {message}\n" + USAGE)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,24 +44,54 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] == "--version":
         sys.stdout.write(f"tideloop {__version__}\n")
         return 0
+    stats = False
+    threshold = 0.1
+    while args and args[0].startswith("-") and args[0] != "-m":
+        option = args.pop(0)
+        if option == "--stats":
+            stats = True
+        elif option == "--slow-threshold" or option.startswith("--slow-threshold="):
+            if "=" in option:
+                value = option.partition("=")[2]
+            elif args:
+                value = args.pop(0)
+            else:
+                return _fail("--slow-threshold needs a value")
+            try:
+                threshold = float(value)
+            except ValueError:
+                return _fail(f"--slow-threshold: not a number: {value!r}")
+            if not threshold >= 0:
+                return _fail(f"--slow-threshold must be >= 0, got {value}")
+        else:
+            return _fail(f"unknown option {option}")
+    if not args:
+        return _fail("a script or -m MODULE is needed")
+    if args[0] == "-m" and len(args) < 2:
+        return _fail("-m needs a module name")
     install()
+    if not stats:
+        _run(args)
+        return 0
+    with StatsCollector(threshold) as collector:
+        try:
+            _run(args)
+        finally:
+            sys.stderr.write(collector.report())
+    return 0
+
+
+def _run(args: list[str]) -> None:
     if args[0] == "-m":
-        if len(args) < 2:
-            sys.stderr.write("python -m tideloop: -m needs a module name\n" + USAGE)
-            return 2
         module, rest = args[1], args[2:]
         sys.argv = [module, *rest]
         sys.path[0] = os.getcwd()
         runpy.run_module(module, run_name="__main__", alter_sys=True)
-        return 0
-    if args[0].startswith("-"):
-        sys.stderr.write(f"python -m tideloop: unknown option {args[0]}\n" + USAGE)
-        return 2
+        return
     script, rest = args[0], args[1:]
     sys.argv = [script, *rest]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
-    return 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ method of `asyncio.AbstractEventLoop` is provided.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 from ._core.clock import Clock, MonotonicClock
 from ._core.handles import Handle
@@ -130,4 +131,13 @@ def new_event_loop(
     schedule: Schedule | None = None,
 ) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    return Loop(poller=poller, clock=clock, schedule=schedule)
+    loop = Loop(poller=poller, clock=clock, schedule=schedule)
+    for observe in NEW_LOOP_OBSERVERS:
+        observe(loop)
+    return loop
+
+
+#: Called with every loop `new_event_loop` creates (``tideloop.run``, the
+#: policy and ``loop_factory`` all go through it); ``python -m tideloop
+#: --stats`` uses it to find the loops it reports on. Empty otherwise.
+NEW_LOOP_OBSERVERS: list[Callable[[Loop], object]] = []

@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "_transports": {"_fdio", "_core", "_pollers"},
     "_net": {"_transports", "_fdio", "_core", "_pollers"},
 }
-TOP = {"_loop", "_runner", "__init__", "__main__", "demo", "testing", "_version", "_metrics"}
+TOP = {"_loop", "_runner", "__init__", "__main__", "demo", "testing", "_version", "_stats"}
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of
 #: asyncio's API that are not built yet. The list only shrinks.

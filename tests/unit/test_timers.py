@@ -47,7 +47,7 @@ def test_pop_due_in_deadline_order() -> None:
     for when in (5.0, 1.0, 3.0, 2.0, 4.0):
         make(q, when, when)
     out: list[TimerHandle] = []
-    q.pop_due(3.5, out.append)
+    q.pop_due(3.5, 3.5, out.append)
     assert [h.when() for h in out] == [1.0, 2.0, 3.0]
     assert all(not h._scheduled for h in out)
     assert q.next_deadline() == 4.0
@@ -58,9 +58,9 @@ def test_due_means_strictly_before_end_time() -> None:
     q = TimerQueue()
     make(q, 2.0)
     out: list[TimerHandle] = []
-    q.pop_due(2.0, out.append)
+    q.pop_due(2.0, 2.0, out.append)
     assert out == []
-    q.pop_due(2.0 + 1e-9, out.append)
+    q.pop_due(2.0 + 1e-9, 2.0 + 1e-9, out.append)
     assert len(out) == 1
 
 
@@ -82,7 +82,7 @@ def test_cancelled_due_timers_are_not_delivered() -> None:
     dead = make(q, 1.5)
     dead.cancel()
     out: list[TimerHandle] = []
-    q.pop_due(2.0, out.append)
+    q.pop_due(2.0, 2.0, out.append)
     assert out == [live]
     assert q.cancelled == 0
 
@@ -91,7 +91,7 @@ def test_equal_deadlines_keep_insertion_order() -> None:
     q = TimerQueue()
     handles = [make(q, 7.0, i) for i in range(50)]
     out: list[TimerHandle] = []
-    q.pop_due(8.0, out.append)
+    q.pop_due(8.0, 8.0, out.append)
     assert out == handles
 
 
@@ -131,7 +131,7 @@ def test_invariants_under_random_operations(ops: list[tuple[str, float, int]]) -
             assert q.next_deadline() == expected
         elif op == "pop":
             out: list[TimerHandle] = []
-            q.pop_due(value, out.append)
+            q.pop_due(value, value, out.append)
             due = sorted(
                 (h for h in model if h.when() < value), key=lambda h: (h.when(), h._args[0])
             )

@@ -40,9 +40,11 @@ Invariants (principles 3 and 4 of ``docs/architecture.md``):
 - `_run_once` is the only place the loop blocks (``io.poll``, or the
   clock's ``wait`` around it), and ``_now`` (the injected clock) is the
   only source of time.
-- Under a clock with a ``wait`` (virtual time), ``_executor_jobs`` counts
-  the executor jobs whose results have not reached their futures yet; the
-  clock is not allowed to jump while it is non-zero (see ``clock``).
+- ``_executor_jobs`` counts the executor jobs whose results have not
+  reached their futures yet; under a clock with a ``wait`` (virtual time)
+  the clock is not allowed to jump while it is non-zero (see ``clock``).
+- ``_counters`` (see `metrics`) only grows, and is written only by the
+  loop's thread, inside ``seq`` windows that contain no user code.
 - ``_thread_id`` is not None exactly while ``run_forever`` runs; it is what
   ``is_running()`` and the debug-mode thread check read.
 - An exception from a callback goes to the exception handler and never stops
@@ -70,12 +72,15 @@ from collections.abc import (
     Generator,
     Iterator,
 )
+from time import monotonic as _real_time
+from time import sleep as _yield_gil
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
 from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
+from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
 from .timers import TimerQueue
 from .waker import make_waker
 
@@ -113,6 +118,10 @@ class IoSource(Protocol):
 
     def dispatch(self, events: list[tuple[int, int]]) -> None:
         """Queue the callbacks of the fds that *poll* reported ready."""
+        ...
+
+    def registrations(self) -> int:
+        """Readers plus writers registered now (for `CoreLoop.metrics`)."""
         ...
 
     def close(self) -> None: ...
@@ -176,7 +185,15 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._thread_id: int | None = None
         self._stopping = False
         self._ready = ready
-        self._timers = TimerQueue() if schedule is None else TimerQueue(schedule.timer_keys())
+        # Always-on metrics (see tideloop._core.metrics): updated by _run_once
+        # and the timer queue, read by metrics().
+        self._counters = counters = Counters()
+        self._timers = TimerQueue(None if schedule is None else schedule.timer_keys(), counters)
+        # Per-callback timing: only with a slow-callback hook or detailed metrics.
+        self._timed = False
+        self._metrics_detailed = False
+        self._slow_hook: SlowCallbackHook | None = None
+        self._slow_hook_threshold = 0.1
         self._clock = clock
         self._now = clock.now
         self._clock_resolution = clock.resolution
@@ -185,7 +202,6 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # around either. Composed once, here.
         wait = self._virtual_wait = clock.wait
         self._executor_jobs = 0
-        self._count_executor_jobs = wait is not None
         if wait is not None:
             wait = self._wait_behind_executor_jobs
         self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
@@ -346,15 +362,35 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 timeout = 0.0
 
         wait = self._clock_wait
+        counters = self._counters
+        # Metrics windows (see metrics.py): busy until here, idle in the poll.
+        counters.seq += 1
+        t = _real_time()
+        counters.busy_time += t - counters.last_switch
+        counters.last_switch = t
+        counters.polling = True
+        counters.seq += 1
         events = self._poll(timeout) if wait is None else wait(self._poll, timeout)
+        # This window stays open while events and timers are queued: no user
+        # code runs in it.
+        counters.seq += 1
+        t = _real_time()
+        counters.idle_time += t - counters.last_switch
+        counters.last_switch = t
+        counters.polling = False
+        counters.iterations += 1
         if events:
             self._dispatch(events)
-
         if timers.heap:
-            timers.pop_due(self._now() + self._clock_resolution, ready.append)
+            now = self._now()
+            timers.pop_due(now, now + self._clock_resolution, ready.append)
+        counters.seq += 1
 
         if self._debug:
             self._run_ready_debug()
+            return
+        if self._timed:
+            self._run_ready_timed()
             return
         # Only what is ready now runs in this phase: callbacks scheduled by
         # these callbacks (or by other threads meanwhile) wait for the next
@@ -362,9 +398,12 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # The body of asyncio's Handle._run, inlined: one Python call less
         # per callback.
         popleft = ready.popleft
-        for _ in range(len(ready)):
+        ntodo = len(ready)
+        skipped = 0
+        for _ in range(ntodo):
             handle = popleft()
             if handle._cancelled:
+                skipped += 1
                 continue
             try:
                 handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
@@ -372,6 +411,55 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 raise
             except BaseException as exc:
                 self.call_exception_handler(callback_error_context(handle, exc, False))
+        # One clock read per phase, none per callback: a phase over the
+        # threshold counts as one slow callback (a lower bound; see metrics.py).
+        slow = _real_time() - t >= self.slow_callback_duration
+        counters.seq += 1
+        counters.callbacks += ntodo - skipped
+        if slow:
+            counters.slow_callbacks += 1
+        counters.seq += 1
+
+    def _run_ready_timed(self) -> None:
+        """The run phase with a clock read per callback (hook or detailed metrics)."""
+        ready = self._ready
+        counters = self._counters
+        hook = self._slow_hook
+        threshold = self.slow_callback_duration if hook is None else self._slow_hook_threshold
+        popleft = ready.popleft
+        ran = slow = 0
+        t_prev = _real_time()
+        for _ in range(len(ready)):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            ran += 1
+            try:
+                handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self.call_exception_handler(callback_error_context(handle, exc, False))
+            t = _real_time()
+            if t - t_prev >= threshold:
+                slow += 1
+                if hook is not None:
+                    self._report_slow(hook, handle, t - t_prev)
+            t_prev = t
+        counters.seq += 1
+        counters.callbacks += ran
+        counters.slow_callbacks += slow
+        counters.seq += 1
+
+    def _report_slow(self, hook: SlowCallbackHook, handle: asyncio.Handle, duration: float) -> None:
+        try:
+            hook(describe_slow(handle, duration))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self.call_exception_handler(
+                {"message": "slow callback hook failed", "exception": exc, "handle": handle}
+            )
 
     def _wait_behind_executor_jobs(
         self, poll: PollFn, timeout: float | None
@@ -392,21 +480,36 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
     def _run_ready_debug(self) -> None:
         ready = self._ready
+        counters = self._counters
+        hook = self._slow_hook
+        threshold = self.slow_callback_duration if hook is None else self._slow_hook_threshold
+        ran = slow = 0
         for _ in range(len(ready)):
             handle = ready.popleft()
             if handle._cancelled:
                 continue
+            ran += 1
             try:
                 self._current_handle = handle
                 t0 = self._now()
+                r0 = _real_time()
                 handle._run()
                 dt = self._now() - t0
                 if dt >= self.slow_callback_duration:
                     logger.warning(
                         "Executing %s took %.3f seconds", _debug.format_handle(handle), dt
                     )
+                real = _real_time() - r0
+                if real >= threshold:
+                    slow += 1
+                    if hook is not None:
+                        self._report_slow(hook, handle, real)
             finally:
                 self._current_handle = None
+        counters.seq += 1
+        counters.callbacks += ran
+        counters.slow_callbacks += slow
+        counters.seq += 1
 
     def _check_running(self) -> None:
         if self.is_running():
@@ -419,6 +522,11 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _run_forever_setup(self) -> None:
         self._check_closed()
         self._check_running()
+        counters = self._counters
+        counters.seq += 1
+        counters.last_switch = _real_time()
+        counters.running = True
+        counters.seq += 1
         self._set_coroutine_origin_tracking(self._debug)
         self._old_agen_hooks = sys.get_asyncgen_hooks()
         self._thread_id = threading.get_ident()
@@ -428,6 +536,13 @@ class CoreLoop(asyncio.AbstractEventLoop):
         asyncio.events._set_running_loop(self)
 
     def _run_forever_cleanup(self) -> None:
+        counters = self._counters
+        counters.seq += 1
+        t = _real_time()
+        counters.busy_time += t - counters.last_switch
+        counters.last_switch = t
+        counters.polling = counters.running = False
+        counters.seq += 1
         self._stopping = False
         self._thread_id = None
         asyncio.events._set_running_loop(None)
@@ -520,6 +635,81 @@ class CoreLoop(asyncio.AbstractEventLoop):
             _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
             if not self.is_running():
                 self.close()
+
+    # ------------------------------------------------------------------
+    # Metrics (tideloop's own API; see tideloop._core.metrics)
+
+    def metrics(self) -> LoopMetrics:
+        """A consistent snapshot of the loop's metrics. Any thread may call it."""
+        c = self._counters
+        while True:
+            seq = c.seq
+            if seq & 1:  # the loop thread is inside a window: let it finish
+                _yield_gil(0)
+                continue
+            snapshot = (
+                c.iterations,
+                c.callbacks,
+                c.busy_time,
+                c.idle_time,
+                c.max_lag,
+                tuple(c.lag_counts),
+                c.slow_callbacks,
+                c.running,
+                c.polling,
+                c.last_switch,
+            )
+            now = _real_time()  # read before the check: see Counters
+            if c.seq == seq:
+                break
+        iterations, callbacks, busy, idle, max_lag, lag_counts, slow, running, polling, last = (
+            snapshot
+        )
+        if running:
+            # The current period, not accounted yet.
+            if polling:
+                idle += now - last
+            else:
+                busy += now - last
+        timers = self._timers
+        return LoopMetrics(
+            iterations=iterations,
+            callbacks=callbacks,
+            busy_time=busy,
+            idle_time=idle,
+            ready=len(self._ready),
+            timers=len(timers.heap) - timers.cancelled,
+            fds=0 if self._closed else self._io.registrations(),
+            executor_pending=self._executor_jobs,
+            max_lag=max_lag,
+            lag_counts=lag_counts,
+            slow_callbacks=slow,
+            slow_callback_threshold=(
+                self.slow_callback_duration
+                if self._slow_hook is None
+                else self._slow_hook_threshold
+            ),
+        )
+
+    def set_metrics(self, *, detailed: bool) -> None:
+        """Time every callback (exact ``slow_callbacks``), or only each run phase."""
+        self._metrics_detailed = bool(detailed)
+        self._timed = self._metrics_detailed or self._slow_hook is not None
+
+    def set_slow_callback_hook(self, hook: SlowCallbackHook | None, threshold: float = 0.1) -> None:
+        """Call ``hook(SlowCallback)`` after each callback that ran *threshold* s or more.
+
+        None removes the hook. The hook runs in the loop's thread, right
+        after the slow callback; for a task step it gets the task, its name
+        and its coroutine stack where it stopped.
+        """
+        if hook is not None and not callable(hook):
+            raise TypeError(f"a callable or None is expected, got {hook!r}")
+        if threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+        self._slow_hook = hook
+        self._slow_hook_threshold = float(threshold)
+        self._timed = self._metrics_detailed or hook is not None
 
     # ------------------------------------------------------------------
     # Futures and tasks
@@ -725,8 +915,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
                     thread_name_prefix="asyncio"
                 )
         fut = asyncio.wrap_future(executor.submit(func, *args), loop=self)
-        if self._count_executor_jobs:
-            self._executor_job_started(fut)
+        self._executor_job_started(fut)
         return fut
 
     def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
@@ -740,8 +929,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if executor is None:
             return
         future = self.create_future()
-        if self._count_executor_jobs:
-            self._executor_job_started(future)
+        self._executor_job_started(future)
         # Joining the pool's threads blocks, so a helper thread does it.
         thread = threading.Thread(target=self._join_executor, args=(executor, future))
         thread.start()

@@ -26,11 +26,13 @@ Invariants:
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from heapq import heapify, heappop, heappush
 from typing import Final
 
 from .handles import TimerHandle
+from .metrics import LAG_BOUNDS, Counters
 
 #: asyncio's compaction thresholds (base_events._MIN_SCHEDULED_TIMER_HANDLES, ...).
 MIN_SCHEDULED_FOR_COMPACTION: Final = 100
@@ -38,13 +40,18 @@ MIN_CANCELLED_FRACTION: Final = 0.5
 
 
 class TimerQueue:
-    __slots__ = ("_seq", "cancelled", "heap")
+    __slots__ = ("_counters", "_seq", "cancelled", "heap")
 
-    def __init__(self, keys: Iterator[int] | None = None) -> None:
-        """*keys*: tie-break keys for equal deadlines (None: scheduling order)."""
+    def __init__(self, keys: Iterator[int] | None = None, counters: Counters | None = None) -> None:
+        """*keys*: tie-break keys for equal deadlines (None: scheduling order).
+
+        *counters*: where `pop_due` records how late timers were (the
+        loop's metrics); None keeps a private set.
+        """
         self.heap: list[tuple[float, int, TimerHandle]] = []
         self.cancelled = 0
         self._seq: Iterator[int] = itertools.count() if keys is None else keys
+        self._counters = Counters() if counters is None else counters
 
     def __len__(self) -> int:
         return len(self.heap)
@@ -77,16 +84,26 @@ class TimerQueue:
                 self.cancelled -= 1
         return heap[0][0] if heap else None
 
-    def pop_due(self, end_time: float, append: Callable[[TimerHandle], None]) -> None:
-        """Move every timer with a deadline before *end_time* to *append*."""
+    def pop_due(self, now: float, end_time: float, append: Callable[[TimerHandle], None]) -> None:
+        """Move every timer with a deadline before *end_time* to *append*.
+
+        *now* is the loop's time: each timer's lag (*now* minus its deadline)
+        goes to the metrics' histogram.
+        """
         heap = self.heap
+        counters = self._counters
+        lag_counts = counters.lag_counts
         while heap and heap[0][0] < end_time:
-            handle = heappop(heap)[2]
+            when, _, handle = heappop(heap)
             handle._scheduled = False
             if handle._cancelled:
                 self.cancelled -= 1
             else:
                 append(handle)
+                lag = now - when
+                if lag > counters.max_lag:  # noqa: PLR1730 (no builtin call per timer)
+                    counters.max_lag = lag
+                lag_counts[bisect_left(LAG_BOUNDS, lag)] += 1
 
     def clear(self) -> None:
         for entry in self.heap:

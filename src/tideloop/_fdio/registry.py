@@ -226,6 +226,10 @@ class FdRegistry:
         self._internal.discard(fd)
         self.remove_reader(fd)
 
+    def registrations(self) -> int:
+        """Readers plus writers registered now, the loop's own included."""
+        return len(self.readers) + len(self.writers)
+
     def user_fds(self) -> list[int]:
         """Registered fds that are not the loop's own: what a test may not leave behind."""
         return [fd for fd in self.readers.keys() | self.writers.keys() if fd not in self._internal]

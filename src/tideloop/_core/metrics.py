@@ -1,0 +1,212 @@
+"""Loop metrics: always-on counters, the snapshot users read, the slow-callback report.
+
+Layer: core. `Counters` is a component of the core loop: ``_run_once``
+updates it (a few additions per iteration, no allocation, nothing timed
+per callback unless a slow-callback hook is set), and ``loop.metrics()``
+copies it into an immutable `LoopMetrics`.
+
+What is measured, and how:
+
+- ``iterations``: calls of ``_run_once``. ``callbacks``: callbacks run
+  (cancelled handles skipped are not counted).
+- ``busy_time`` / ``idle_time``: real seconds, measured around the poller
+  call: time blocked in the poller is idle, everything else while
+  ``run_forever`` runs (processing events, timers, callbacks) is busy. Their
+  sum is the time the loop ran. These use real monotonic time even when the
+  loop runs on a virtual clock: they measure the machine, not the program.
+- ``max_lag`` and the lag histogram: how late timers were. A timer's lag is
+  the loop's time when it found the timer due minus its deadline; the
+  timer's callback runs in the same iteration, after the callbacks queued
+  before it. A loop that blocks for 200 ms shows every timer that fell due
+  meanwhile with up to 200 ms of lag.
+- ``slow_callbacks``: callbacks that ran longer than the slow-callback
+  threshold (``loop.slow_callback_duration``, or the hook's own). Counting
+  them needs a clock read per callback, so it is exact only while a hook is
+  installed or detailed metrics are on (``set_metrics(detailed=True)``);
+  otherwise the loop times each *run phase* (all callbacks of one iteration,
+  one clock read) and counts a phase over the threshold as one slow
+  callback: a lower bound that costs nothing per callback.
+- ``ready``, ``timers`` (pending, cancelled ones excluded), ``fds``
+  (registered readers plus writers, the loop's own included) and
+  ``executor_pending`` (jobs submitted to the default executor and not yet
+  finished) are read at the moment of the snapshot.
+
+Counters only grow. Utilisation over an interval is the difference of two
+snapshots: ``(b.busy_time - a.busy_time) / ((b.busy_time + b.idle_time) -
+(a.busy_time + a.idle_time))``.
+
+Invariant: every field of `Counters` is written by the loop's thread only;
+`LoopMetrics` is built from them under the loop's GIL-held copy, so a
+snapshot taken from another thread is consistent field by field (never a
+torn float), though it may be one iteration old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple
+
+#: Upper bounds (seconds) of the lag histogram's buckets; a last bucket
+#: counts everything above the last bound.
+LAG_BOUNDS: Final[tuple[float, ...]] = (
+    0.0001,
+    0.0005,
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+)
+
+
+class LoopMetrics(NamedTuple):
+    """One snapshot of a loop's metrics (see ``tideloop._core.metrics``)."""
+
+    iterations: int
+    callbacks: int
+    busy_time: float
+    idle_time: float
+    ready: int
+    timers: int
+    fds: int
+    executor_pending: int
+    max_lag: float
+    #: Counts per lag bucket: ``lag_counts[i]`` counts lags <= ``LAG_BOUNDS[i]``
+    #: (and above the bound before it); the last entry counts the rest.
+    lag_counts: tuple[int, ...]
+    slow_callbacks: int
+    slow_callback_threshold: float
+
+    @property
+    def run_time(self) -> float:
+        """Seconds the loop has run (busy plus idle)."""
+        return self.busy_time + self.idle_time
+
+    @property
+    def utilisation(self) -> float:
+        """Busy share of the run time since the loop was created (0 if it never ran)."""
+        total = self.busy_time + self.idle_time
+        return self.busy_time / total if total > 0 else 0.0
+
+    def lag_quantile(self, q: float) -> float:
+        """An upper bound of quantile *q* (0..1) of timer lags (0 if no timer fired).
+
+        It is the bound of the histogram bucket holding the quantile, or
+        ``max_lag`` if that is lower.
+        """
+        total = sum(self.lag_counts)
+        if not total:
+            return 0.0
+        rank = q * total
+        seen = 0
+        for i, count in enumerate(self.lag_counts):
+            seen += count
+            if seen >= rank and count:
+                # No lag exceeded max_lag, so it caps the bucket's bound.
+                return min(LAG_BOUNDS[i], self.max_lag) if i < len(LAG_BOUNDS) else self.max_lag
+        return self.max_lag
+
+
+class Counters:
+    """The loop's running totals; `_run_once` and the timer queue update them.
+
+    ``seq`` is odd while the loop thread updates them (a seqlock): a reader
+    in another thread copies the fields and reads the time, and retries if
+    ``seq`` changed or was odd. The update windows contain no user code, so
+    they are short. The loop reads the time only inside a window, so a
+    reader's time is never later than the loop's next switch, and adding
+    ``now - last_switch`` to the current period never overshoots what the
+    loop will account for it.
+    """
+
+    __slots__ = (
+        "busy_time",
+        "callbacks",
+        "idle_time",
+        "iterations",
+        "lag_counts",
+        "last_switch",
+        "max_lag",
+        "polling",
+        "running",
+        "seq",
+        "slow_callbacks",
+    )
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.iterations = 0
+        self.callbacks = 0
+        self.busy_time = 0.0
+        self.idle_time = 0.0
+        #: Real time of the last switch between busy and idle (poll entered or
+        #: returned, run_forever started or ended): time since then is not
+        #: in busy_time or idle_time yet.
+        self.last_switch = 0.0
+        #: True while the loop is blocked in the poller.
+        self.polling = False
+        #: True while run_forever runs.
+        self.running = False
+        self.max_lag = 0.0
+        self.lag_counts = [0] * (len(LAG_BOUNDS) + 1)
+        self.slow_callbacks = 0
+
+
+class SlowCallback(NamedTuple):
+    """What a slow-callback hook receives (``loop.set_slow_callback_hook``)."""
+
+    #: Real seconds the callback ran.
+    duration: float
+    handle: asyncio.Handle
+    #: The task whose step this was, else None.
+    task: asyncio.Task[Any] | None
+    #: The task's name, else a description of the callback.
+    name: str
+    #: Where the task stopped, outermost coroutine first (empty for a callback
+    #: that is not a task step, or a task that finished).
+    stack: tuple[traceback.FrameSummary, ...]
+
+
+SlowCallbackHook = Callable[[SlowCallback], object]
+
+
+def _task_of(handle: asyncio.Handle) -> asyncio.Task[Any] | None:
+    owner: Any = getattr(getattr(handle, "_callback", None), "__self__", None)
+    return owner if isinstance(owner, asyncio.Task) else None
+
+
+def coroutine_stack(task: asyncio.Task[Any]) -> tuple[traceback.FrameSummary, ...]:
+    """The frames of a suspended task's coroutine chain, outermost first."""
+    capture = getattr(asyncio, "capture_call_graph", None)
+    if capture is not None:  # Python 3.14+
+        graph = capture(task)
+        if graph is not None:
+            return tuple(
+                traceback.FrameSummary(
+                    entry.frame.f_code.co_filename, entry.frame.f_lineno, entry.frame.f_code.co_name
+                )
+                for entry in graph.call_stack
+            )
+    frames = []
+    coro: Any = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(
+            traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        )
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return tuple(frames)
+
+
+def describe_slow(handle: asyncio.Handle, duration: float) -> SlowCallback:
+    task = _task_of(handle)
+    if task is None:
+        return SlowCallback(duration, handle, None, repr(handle), ())
+    return SlowCallback(duration, handle, task, task.get_name(), coroutine_stack(task))
