@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._core.metrics import LoopMetrics, SlowCallback
+from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
 from ._loop import Loop, new_event_loop
 from ._runner import install, run
 
 __all__ = [
+    "LAG_BOUNDS",
     "EventLoopPolicy",
     "Loop",
     "LoopMetrics",

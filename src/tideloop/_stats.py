@@ -143,6 +143,7 @@ def merge(snapshots: list[LoopMetrics]) -> LoopMetrics:
         fds=sum(s.fds for s in snapshots),
         executor_pending=sum(s.executor_pending for s in snapshots),
         max_lag=max(s.max_lag for s in snapshots),
+        lag_sum=sum(s.lag_sum for s in snapshots),
         lag_counts=tuple(lag_counts),
         slow_callbacks=sum(s.slow_callbacks for s in snapshots),
         slow_callback_threshold=max(s.slow_callback_threshold for s in snapshots),

@@ -16,12 +16,6 @@ them. This file adds what several library tests share:
   tests run as root the server runs as the package's ``postgres`` user (its
   directory is chowned to it). Where the binaries are missing the tests
   skip, unless ``TIDELOOP_REQUIRE_POSTGRES=1`` (CI sets it): then they fail.
-* `expect_missing_feature`: marks the running test as a strict expected
-  failure *on tideloop only*, for features tideloop has not built yet (TLS,
-  UDP, subprocesses). On the stdlib loop the same test must pass, which is
-  the evidence that the test itself is right; on tideloop it must fail
-  until the feature lands, and then the strict xfail turns into a failure
-  that says "remove the mark".
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,17 +59,6 @@ def client_ssl_context(tls_ca: trustme.CA) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     tls_ca.configure_trust(ctx)
     return ctx
-
-
-@pytest.fixture
-def expect_missing_feature(request: pytest.FixtureRequest, loop_name: str) -> Callable[[str], None]:
-    """Call with a reason: on tideloop the test becomes a strict expected failure."""
-
-    def mark(reason: str) -> None:
-        if loop_name.startswith("tideloop"):
-            request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-    return mark
 
 
 @dataclass(frozen=True)

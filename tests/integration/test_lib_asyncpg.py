@@ -4,11 +4,10 @@ asyncpg upgrades every TCP connection with ``loop.start_tls()`` after
 PostgreSQL's SSLRequest, so TLS here goes through the loop's start_tls.
 Each test runs on every loop and over each way in (`kind`):
 
-- ``tls``: TCP, TLS through the loop's own ``start_tls`` (on tideloop a
-  strict expected failure until TLS is wired);
+- ``tls``: TCP, TLS through the loop's own ``start_tls``;
 - ``tls-module``: the same, with the loop's ``start_tls`` replaced, on that
   loop object only, by tideloop's TLS module (``tideloop._transports.tls``),
-  so the module runs under asyncpg on every loop today;
+  so the module also runs under asyncpg on the stdlib loop;
 - ``unix``: the server's Unix socket, no TLS.
 
 Tested: queries and types (large values included), prepared statements and

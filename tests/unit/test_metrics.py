@@ -21,7 +21,15 @@ import tideloop
 from tideloop import LoopMetrics, SlowCallback
 from tideloop._core.metrics import LAG_BOUNDS
 
-COUNTERS = ("iterations", "callbacks", "busy_time", "idle_time", "slow_callbacks", "max_lag")
+COUNTERS = (
+    "iterations",
+    "callbacks",
+    "busy_time",
+    "idle_time",
+    "slow_callbacks",
+    "max_lag",
+    "lag_sum",
+)
 
 
 @pytest.fixture
@@ -47,7 +55,7 @@ def test_fresh_loop_is_all_zero(loop: tideloop.Loop) -> None:
     assert (m.iterations, m.callbacks, m.busy_time, m.idle_time) == (0, 0, 0.0, 0.0)
     assert (m.ready, m.timers, m.executor_pending, m.slow_callbacks) == (0, 0, 0, 0)
     assert m.lag_counts == (0,) * (len(LAG_BOUNDS) + 1)
-    assert m.max_lag == 0.0 and m.utilisation == 0.0 and m.lag_quantile(0.99) == 0.0
+    assert m.max_lag == m.lag_sum == 0.0 and m.utilisation == 0.0 and m.lag_quantile(0.99) == 0.0
     assert m.fds >= 1  # the loop's own wake-up fd
     assert m.slow_callback_threshold == loop.slow_callback_duration
     with pytest.raises(AttributeError):
@@ -77,6 +85,7 @@ def test_blocking_callback_is_busy_time_lag_and_a_slow_task_step(loop: tideloop.
     assert m.max_lag >= 0.1  # the 50 ms timer ran ~150 ms late
     assert m.lag_quantile(1.0) == m.max_lag
     assert sum(m.lag_counts) >= 2
+    assert m.max_lag <= m.lag_sum <= sum(m.lag_counts) * m.max_lag
     assert m.slow_callbacks == 1 and m.slow_callback_threshold == 0.1
     [report] = reports
     assert report.duration >= 0.2
@@ -344,7 +353,7 @@ def test_lag_quantile_reads_buckets() -> None:
     counts[0] = 90  # <= 0.1 ms
     counts[4] = 9  # <= 10 ms
     counts[-1] = 1  # > 5 s
-    m = LoopMetrics(0, 0, 0.0, 0.0, 0, 0, 0, 0, 7.5, tuple(counts), 0, 0.1)
+    m = LoopMetrics(0, 0, 0.0, 0.0, 0, 0, 0, 0, 7.5, 7.6, tuple(counts), 0, 0.1)
     assert m.lag_quantile(0.5) == LAG_BOUNDS[0]
     assert m.lag_quantile(0.95) == LAG_BOUNDS[4]
     assert m.lag_quantile(1.0) == 7.5

@@ -17,8 +17,9 @@ What is measured, and how:
 - ``max_lag`` and the lag histogram: how late timers were. A timer's lag is
   the loop's time when it found the timer due minus its deadline; the
   timer's callback runs in the same iteration, after the callbacks queued
-  before it. A loop that blocks for 200 ms shows every timer that fell due
-  meanwhile with up to 200 ms of lag.
+  before it (their run time is not in the lag). A timer found due up to the
+  clock's resolution early counts as 0. A loop that blocks for 200 ms
+  shows every timer that fell due meanwhile with up to 200 ms of lag.
 - ``slow_callbacks``: callbacks that ran longer than the slow-callback
   threshold (``loop.slow_callback_duration``, or the hook's own). Counting
   them needs a clock read per callback, so it is exact only while a hook is
@@ -76,6 +77,8 @@ class LoopMetrics(NamedTuple):
     fds: int
     executor_pending: int
     max_lag: float
+    #: Sum of all timer lags (seconds): with ``sum(lag_counts)``, the mean lag.
+    lag_sum: float
     #: Counts per lag bucket: ``lag_counts[i]`` counts lags <= ``LAG_BOUNDS[i]``
     #: (and above the bound before it); the last entry counts the rest.
     lag_counts: tuple[int, ...]
@@ -130,6 +133,7 @@ class Counters:
         "idle_time",
         "iterations",
         "lag_counts",
+        "lag_sum",
         "last_switch",
         "max_lag",
         "polling",
@@ -153,6 +157,7 @@ class Counters:
         #: True while run_forever runs.
         self.running = False
         self.max_lag = 0.0
+        self.lag_sum = 0.0
         self.lag_counts = [0] * (len(LAG_BOUNDS) + 1)
         self.slow_callbacks = 0
 

@@ -647,24 +647,20 @@ class CoreLoop(asyncio.AbstractEventLoop):
             if seq & 1:  # the loop thread is inside a window: let it finish
                 _yield_gil(0)
                 continue
-            snapshot = (
-                c.iterations,
-                c.callbacks,
-                c.busy_time,
-                c.idle_time,
-                c.max_lag,
-                tuple(c.lag_counts),
-                c.slow_callbacks,
-                c.running,
-                c.polling,
-                c.last_switch,
-            )
+            iterations = c.iterations
+            callbacks = c.callbacks
+            busy = c.busy_time
+            idle = c.idle_time
+            max_lag = c.max_lag
+            lag_sum = c.lag_sum
+            lag_counts = tuple(c.lag_counts)
+            slow = c.slow_callbacks
+            running = c.running
+            polling = c.polling
+            last = c.last_switch
             now = _real_time()  # read before the check: see Counters
             if c.seq == seq:
                 break
-        iterations, callbacks, busy, idle, max_lag, lag_counts, slow, running, polling, last = (
-            snapshot
-        )
         if running:
             # The current period, not accounted yet.
             if polling:
@@ -682,6 +678,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             fds=0 if self._closed else self._io.registrations(),
             executor_pending=self._executor_jobs,
             max_lag=max_lag,
+            lag_sum=lag_sum,
             lag_counts=lag_counts,
             slow_callbacks=slow,
             slow_callback_threshold=(

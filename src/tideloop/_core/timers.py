@@ -101,6 +101,9 @@ class TimerQueue:
             else:
                 append(handle)
                 lag = now - when
+                if lag < 0.0:  # noqa: PLR1730 (due within the clock's resolution)
+                    lag = 0.0
+                counters.lag_sum += lag
                 if lag > counters.max_lag:  # noqa: PLR1730 (no builtin call per timer)
                     counters.max_lag = lag
                 lag_counts[bisect_left(LAG_BOUNDS, lag)] += 1
