@@ -234,6 +234,33 @@ def test_snapshots_from_other_threads_are_consistent(loop: tideloop.Loop) -> Non
         assert m.busy_time >= 0.0 and m.idle_time >= 0.0
 
 
+def test_busy_and_idle_never_go_backwards_across_blocking_polls(loop: tideloop.Loop) -> None:
+    """Readers in other threads while the loop keeps entering and leaving polls."""
+    seen: list[LoopMetrics] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen.append(loop.metrics())
+
+    async def main() -> None:
+        for i in range(300):
+            await asyncio.sleep(0.0002 if i % 2 else 0)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        stop.set()
+        thread.join()
+    seen.append(loop.metrics())
+    assert len(seen) > 10
+    for a, b in itertools.pairwise(seen):
+        assert_not_backwards(a, b)
+    assert seen[-1].idle_time > 0.0
+
+
 def test_detailed_metrics_count_each_slow_callback(loop: tideloop.Loop) -> None:
     loop.slow_callback_duration = 0.02
 

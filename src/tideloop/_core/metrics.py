@@ -9,11 +9,13 @@ What is measured, and how:
 
 - ``iterations``: calls of ``_run_once``. ``callbacks``: callbacks run
   (cancelled handles skipped are not counted).
-- ``busy_time`` / ``idle_time``: real seconds, measured around the poller
-  call: time blocked in the poller is idle, everything else while
-  ``run_forever`` runs (processing events, timers, callbacks) is busy. Their
-  sum is the time the loop ran. These use real monotonic time even when the
-  loop runs on a virtual clock: they measure the machine, not the program.
+- ``busy_time`` / ``idle_time``: real seconds. Idle is the time blocked in
+  polls that may block (a poll with a timeout, or none); busy is the rest of
+  the time ``run_forever`` ran (processing events, timers, callbacks, and
+  the zero-timeout polls of iterations that had callbacks ready, which are
+  not timed at all). Their sum is the time the loop ran. These use real
+  monotonic time even when the loop runs on a virtual clock: they measure
+  the machine, not the program.
 - ``max_lag`` and the lag histogram: how late timers were. A timer's lag is
   the loop's time when it found the timer due minus its deadline; the
   timer's callback runs in the same iteration, after the callbacks queued
@@ -24,9 +26,11 @@ What is measured, and how:
   threshold (``loop.slow_callback_duration``, or the hook's own). Counting
   them needs a clock read per callback, so it is exact only while a hook is
   installed or detailed metrics are on (``set_metrics(detailed=True)``);
-  otherwise the loop times each *run phase* (all callbacks of one iteration,
-  one clock read) and counts a phase over the threshold as one slow
-  callback: a lower bound that costs nothing per callback.
+  otherwise the loop times each *phase* (from the end of one poll to the
+  start of the next: the events, timers and callbacks of one iteration)
+  with the one clock read per iteration it makes anyway, and counts a phase
+  over the threshold as one slow callback: a lower bound that costs nothing
+  per callback.
 - ``ready``, ``timers`` (pending, cancelled ones excluded), ``fds``
   (registered readers plus writers, the loop's own included) and
   ``executor_pending`` (jobs submitted to the default executor and not yet
@@ -36,10 +40,15 @@ Counters only grow. Utilisation over an interval is the difference of two
 snapshots: ``(b.busy_time - a.busy_time) / ((b.busy_time + b.idle_time) -
 (a.busy_time + a.idle_time))``.
 
-Invariant: every field of `Counters` is written by the loop's thread only;
-`LoopMetrics` is built from them under the loop's GIL-held copy, so a
-snapshot taken from another thread is consistent field by field (never a
-torn float), though it may be one iteration old.
+Cost, per loop iteration: one clock read and a few attribute updates; an
+iteration whose poll may block adds a second clock read and the seqlock
+writes (see `Counters`). Per timer: a bucket search and three updates.
+
+Invariant: every field of `Counters` is written by the loop's thread only.
+A snapshot taken from another thread has consistent, never-decreasing busy
+and idle times (the seqlock); each other counter is read whole, and
+counters updated in the same iteration may be one timer or one run phase
+apart.
 """
 
 from __future__ import annotations
@@ -118,26 +127,31 @@ class LoopMetrics(NamedTuple):
 class Counters:
     """The loop's running totals; `_run_once` and the timer queue update them.
 
-    ``seq`` is odd while the loop thread updates them (a seqlock): a reader
-    in another thread copies the fields and reads the time, and retries if
-    ``seq`` changed or was odd. The update windows contain no user code, so
-    they are short. The loop reads the time only inside a window, so a
-    reader's time is never later than the loop's next switch, and adding
-    ``now - last_switch`` to the current period never overshoots what the
-    loop will account for it.
+    Written by the loop's thread only. Most fields are single numbers that
+    a reader copies as they are. The time accounting is the exception: a
+    reader adds the run and the poll in progress up to *its* clock reading,
+    so it must never see a start time older than one the loop is about to
+    record. ``seq`` guards those (a seqlock): it is odd while the loop
+    thread updates ``poll_start``, ``idle_time``, ``run_start`` or
+    ``run_time``, and the loop reads the clock only after making it odd. A
+    reader reads ``seq``, then the clock, then the fields, and retries if
+    ``seq`` was odd or changed: so its clock reading is never later than the
+    next one the loop records, and busy and idle time never go backwards.
+    The windows contain no user code, so they are short. A poll that cannot
+    block (callbacks were ready) opens no window and counts as busy time.
     """
 
     __slots__ = (
-        "busy_time",
         "callbacks",
         "idle_time",
         "iterations",
         "lag_counts",
         "lag_sum",
-        "last_switch",
+        "mark",
         "max_lag",
-        "polling",
-        "running",
+        "poll_start",
+        "run_start",
+        "run_time",
         "seq",
         "slow_callbacks",
     )
@@ -146,16 +160,17 @@ class Counters:
         self.seq = 0
         self.iterations = 0
         self.callbacks = 0
-        self.busy_time = 0.0
+        #: Seconds run in finished ``run_forever`` calls.
+        self.run_time = 0.0
+        #: When the running ``run_forever`` started (0.0: not running).
+        self.run_start = 0.0
+        #: Seconds blocked in finished polls.
         self.idle_time = 0.0
-        #: Real time of the last switch between busy and idle (poll entered or
-        #: returned, run_forever started or ended): time since then is not
-        #: in busy_time or idle_time yet.
-        self.last_switch = 0.0
-        #: True while the loop is blocked in the poller.
-        self.polling = False
-        #: True while run_forever runs.
-        self.running = False
+        #: When the poll in progress started (0.0: not polling).
+        self.poll_start = 0.0
+        #: When the current busy stretch (the run phase) started: the end of
+        #: the last poll, for the slow-phase check.
+        self.mark = 0.0
         self.max_lag = 0.0
         self.lag_sum = 0.0
         self.lag_counts = [0] * (len(LAG_BOUNDS) + 1)

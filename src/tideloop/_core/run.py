@@ -39,12 +39,14 @@ Invariants (principles 3 and 4 of ``docs/architecture.md``):
   only appends handles to ``_ready``.
 - `_run_once` is the only place the loop blocks (``io.poll``, or the
   clock's ``wait`` around it), and ``_now`` (the injected clock) is the
-  only source of time.
+  only source of the loop's time (the metrics read real time, for
+  themselves only).
 - ``_executor_jobs`` counts the executor jobs whose results have not
   reached their futures yet; under a clock with a ``wait`` (virtual time)
   the clock is not allowed to jump while it is non-zero (see ``clock``).
-- ``_counters`` (see `metrics`) only grows, and is written only by the
-  loop's thread, inside ``seq`` windows that contain no user code.
+- ``_counters`` (see `metrics`) only grows and is written only by the
+  loop's thread; the time accounting in it, inside ``seq`` windows that
+  contain no user code.
 - ``_thread_id`` is not None exactly while ``run_forever`` runs; it is what
   ``is_running()`` and the debug-mode thread check read.
 - An exception from a callback goes to the exception handler and never stops
@@ -196,6 +198,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._slow_hook_threshold = 0.1
         self._clock = clock
         self._now = clock.now
+        self._now_is_real = clock.now is _real_time
         self._clock_resolution = clock.resolution
         # What _run_once calls to block: None (the poller itself), or the
         # clock's wait behind the executor-job gate, or the schedule's wait
@@ -363,28 +366,40 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
         wait = self._clock_wait
         counters = self._counters
-        # Metrics windows (see metrics.py): busy until here, idle in the poll.
-        counters.seq += 1
-        t = _real_time()
-        counters.busy_time += t - counters.last_switch
-        counters.last_switch = t
-        counters.polling = True
-        counters.seq += 1
-        events = self._poll(timeout) if wait is None else wait(self._poll, timeout)
-        # This window stays open while events and timers are queued: no user
-        # code runs in it.
-        counters.seq += 1
-        t = _real_time()
-        counters.idle_time += t - counters.last_switch
-        counters.last_switch = t
-        counters.polling = False
+        # Metrics (see metrics.py): one clock read per iteration. It ends the
+        # previous phase (slow if it took the threshold or more) and starts
+        # the poll.
+        if timeout == 0.0 and wait is None:
+            # A poll that cannot block counts as busy time: nothing to record.
+            t = _real_time()
+            if t - counters.mark >= self.slow_callback_duration:
+                self._slow_phase()
+            counters.mark = t
+            events = self._poll(0.0)
+        else:
+            # A poll that may block is idle time, recorded inside seq windows
+            # that read the clock only after opening (see Counters).
+            counters.seq += 1
+            t = _real_time()
+            if t - counters.mark >= self.slow_callback_duration:
+                self._slow_phase()
+            counters.poll_start = t
+            counters.seq += 1
+            events = self._poll(timeout) if wait is None else wait(self._poll, timeout)
+            counters.seq += 1
+            t = counters.mark = _real_time()
+            counters.idle_time += t - counters.poll_start
+            counters.poll_start = 0.0
+            counters.seq += 1
         counters.iterations += 1
         if events:
             self._dispatch(events)
         if timers.heap:
-            now = self._now()
+            # On the real clock, the metrics' reading serves (it is at most
+            # one zero-timeout poll old: a timer due within it fires on the
+            # next iteration).
+            now = t if self._now_is_real else self._now()
             timers.pop_due(now, now + self._clock_resolution, ready.append)
-        counters.seq += 1
 
         if self._debug:
             self._run_ready_debug()
@@ -411,14 +426,13 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 raise
             except BaseException as exc:
                 self.call_exception_handler(callback_error_context(handle, exc, False))
-        # One clock read per phase, none per callback: a phase over the
-        # threshold counts as one slow callback (a lower bound; see metrics.py).
-        slow = _real_time() - t >= self.slow_callback_duration
-        counters.seq += 1
         counters.callbacks += ntodo - skipped
-        if slow:
-            counters.slow_callbacks += 1
-        counters.seq += 1
+
+    def _slow_phase(self) -> None:
+        """The phase that just ended took the threshold or more."""
+        # When callbacks are timed one by one, they were counted there.
+        if not self._timed and not self._debug:
+            self._counters.slow_callbacks += 1
 
     def _run_ready_timed(self) -> None:
         """The run phase with a clock read per callback (hook or detailed metrics)."""
@@ -446,10 +460,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 if hook is not None:
                     self._report_slow(hook, handle, t - t_prev)
             t_prev = t
-        counters.seq += 1
         counters.callbacks += ran
         counters.slow_callbacks += slow
-        counters.seq += 1
 
     def _report_slow(self, hook: SlowCallbackHook, handle: asyncio.Handle, duration: float) -> None:
         try:
@@ -506,10 +518,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
                         self._report_slow(hook, handle, real)
             finally:
                 self._current_handle = None
-        counters.seq += 1
         counters.callbacks += ran
         counters.slow_callbacks += slow
-        counters.seq += 1
 
     def _check_running(self) -> None:
         if self.is_running():
@@ -524,8 +534,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._check_running()
         counters = self._counters
         counters.seq += 1
-        counters.last_switch = _real_time()
-        counters.running = True
+        counters.run_start = counters.mark = _real_time()
         counters.seq += 1
         self._set_coroutine_origin_tracking(self._debug)
         self._old_agen_hooks = sys.get_asyncgen_hooks()
@@ -539,9 +548,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         counters = self._counters
         counters.seq += 1
         t = _real_time()
-        counters.busy_time += t - counters.last_switch
-        counters.last_switch = t
-        counters.polling = counters.running = False
+        if t - counters.mark >= self.slow_callback_duration:
+            self._slow_phase()  # the last phase: no poll after it
+        counters.run_time += t - counters.run_start
+        counters.run_start = counters.poll_start = 0.0
         counters.seq += 1
         self._stopping = False
         self._thread_id = None
@@ -647,26 +657,25 @@ class CoreLoop(asyncio.AbstractEventLoop):
             if seq & 1:  # the loop thread is inside a window: let it finish
                 _yield_gil(0)
                 continue
+            now = _real_time()  # after the first seq read: see Counters
             iterations = c.iterations
             callbacks = c.callbacks
-            busy = c.busy_time
+            run_time = c.run_time
+            run_start = c.run_start
             idle = c.idle_time
+            poll_start = c.poll_start
             max_lag = c.max_lag
             lag_sum = c.lag_sum
             lag_counts = tuple(c.lag_counts)
             slow = c.slow_callbacks
-            running = c.running
-            polling = c.polling
-            last = c.last_switch
-            now = _real_time()  # read before the check: see Counters
             if c.seq == seq:
                 break
-        if running:
-            # The current period, not accounted yet.
-            if polling:
-                idle += now - last
-            else:
-                busy += now - last
+        # The run and the poll in progress, up to now.
+        if run_start:
+            run_time += now - run_start
+        if poll_start:
+            idle += now - poll_start
+        busy = run_time - idle
         timers = self._timers
         return LoopMetrics(
             iterations=iterations,
