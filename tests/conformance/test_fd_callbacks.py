@@ -179,6 +179,36 @@ def test_closed_socket_object_is_invalid(loop: asyncio.AbstractEventLoop) -> Non
         loop.add_reader(sock, lambda: None)
 
 
+def test_closed_socket_object_still_removes_its_registration(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """selectors finds a closed socket's registration by the object (anyio relies on it)."""
+    a, b = socket.socketpair()
+    try:
+        loop.add_reader(a, lambda: None)
+        loop.add_writer(a, lambda: None)
+        loop.add_reader(b, lambda: None)
+        a.close()  # a.fileno() is now -1
+        assert loop.remove_reader(a) is True
+        assert loop.remove_reader(a) is False
+        assert loop.remove_writer(a) is True
+        # Gone entirely: another closed object was never registered.
+        with pytest.raises(ValueError, match="Invalid file descriptor: -1"):
+            loop.remove_reader(a)
+        assert loop.remove_reader(b) is True
+    finally:
+        a.close()
+        b.close()
+
+
+def test_closed_socket_object_never_registered(loop: asyncio.AbstractEventLoop) -> None:
+    sock = socket.socket()
+    sock.close()
+    for method in (loop.remove_reader, loop.remove_writer):
+        with pytest.raises(ValueError, match="Invalid file descriptor: -1"):
+            method(sock)
+
+
 @pytest.mark.leaves_registrations  # closing with a reader registered is the point
 def test_after_loop_close(
     loop: asyncio.AbstractEventLoop, pair: tuple[socket.socket, socket.socket]

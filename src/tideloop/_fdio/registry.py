@@ -17,7 +17,10 @@ Semantics are asyncio's selector loop:
   every readiness event (no allocation per event). A handle found cancelled
   when its fd fires is unregistered then.
 - An fd may be given as an int or as an object with ``fileno()``; a negative
-  or unusable one raises ValueError, as selectors does.
+  or unusable one raises ValueError, as selectors does. Like selectors,
+  ``remove_*`` also accepts the object a registration was made with after
+  it was closed (a closed socket's ``fileno()`` is -1): the registry keeps
+  the objects given to ``add_*`` (``fileobjs``) and finds it among them.
 - Kernel errors surface as asyncio shows them: registering a closed fd
   raises OSError (EBADF) and registers nothing; regular files raise
   PermissionError under epoll. If the kernel refuses to *change* an fd's
@@ -36,6 +39,8 @@ Invariants:
   methods can refuse to touch an fd a transport owns (asyncio's rule).
 - ``_internal`` holds the fds the loop's own components registered (the
   waker, the signal pipe, child pidfds); `user_fds` is everything else.
+- ``fileobjs`` has an entry only for a registered fd, and only if its
+  registration was made through ``add_*`` with an object rather than an int.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class FdRegistry:
         "_poller",
         "_ready",
         "closed",
+        "fileobjs",
         "poll",
         "readers",
         "transports",
@@ -91,6 +97,8 @@ class FdRegistry:
         self.writers: dict[int, asyncio.Handle] = {}
         self._masks: dict[int, int] = {}
         self._internal: set[int] = set()
+        #: The objects `FdMethods.add_reader`/`add_writer` were given, by fd.
+        self.fileobjs: dict[int, object] = {}
         self.transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
             weakref.WeakValueDictionary()
         )
@@ -134,6 +142,8 @@ class FdRegistry:
         poller = self._poller
         if not want:
             del self._masks[fd]
+            if self.fileobjs:
+                self.fileobjs.pop(fd, None)
             poller.unregister(fd)
             return
         try:
@@ -144,6 +154,7 @@ class FdRegistry:
         except BaseException:
             self.readers.pop(fd, None)
             self.writers.pop(fd, None)
+            self.fileobjs.pop(fd, None)
             if have:
                 del self._masks[fd]
                 poller.unregister(fd)
@@ -236,6 +247,20 @@ class FdRegistry:
 
     # ------------------------------------------------------------------
 
+    def registered_fd(self, fileobj: FileDescriptorLike) -> int:
+        """*fileobj*'s fd; if it has none any more, the fd it was registered with.
+
+        selectors' lookup: a closed socket still finds its registration.
+        The ValueError of `fd_of` is raised if it has none.
+        """
+        try:
+            return fd_of(fileobj)
+        except ValueError:
+            for fd, obj in self.fileobjs.items():
+                if obj is fileobj:
+                    return fd
+            raise
+
     def check_no_transport(self, fd: FileDescriptorLike) -> None:
         """asyncio's rule: the public fd methods must not touch a transport's fd."""
         fileno = fd
@@ -255,6 +280,7 @@ class FdRegistry:
         self.closed = True
         self.readers.clear()
         self.writers.clear()
+        self.fileobjs.clear()
         self._masks.clear()
         self._internal.clear()
         self._poller.close()
@@ -273,13 +299,17 @@ class FdMethods(CoreLoop):
     ) -> None:
         self._fds.check_no_transport(fd)
         self._check_closed()
-        self._fds.set_reader(fd_of(fd), Handle(callback, args, self, None))
+        fds = self._fds
+        fileno = fd_of(fd)
+        fds.set_reader(fileno, Handle(callback, args, self, None))
+        if type(fd) is not int:
+            fds.fileobjs[fileno] = fd
 
     def remove_reader(self, fd: FileDescriptorLike) -> bool:
         self._fds.check_no_transport(fd)
         if self._closed:
             return False
-        return self._fds.remove_reader(fd_of(fd))
+        return self._fds.remove_reader(self._fds.registered_fd(fd))
 
     def add_writer(
         self,
@@ -289,10 +319,14 @@ class FdMethods(CoreLoop):
     ) -> None:
         self._fds.check_no_transport(fd)
         self._check_closed()
-        self._fds.set_writer(fd_of(fd), Handle(callback, args, self, None))
+        fds = self._fds
+        fileno = fd_of(fd)
+        fds.set_writer(fileno, Handle(callback, args, self, None))
+        if type(fd) is not int:
+            fds.fileobjs[fileno] = fd
 
     def remove_writer(self, fd: FileDescriptorLike) -> bool:
         self._fds.check_no_transport(fd)
         if self._closed:
             return False
-        return self._fds.remove_writer(fd_of(fd))
+        return self._fds.remove_writer(self._fds.registered_fd(fd))
