@@ -186,16 +186,16 @@ def test_closed_socket_object_still_removes_its_registration(
     a, b = socket.socketpair()
     try:
         loop.add_reader(a, lambda: None)
-        loop.add_writer(a, lambda: None)
-        loop.add_reader(b, lambda: None)
+        loop.add_writer(b, lambda: None)
         a.close()  # a.fileno() is now -1
+        b.close()
         assert loop.remove_reader(a) is True
-        assert loop.remove_reader(a) is False
-        assert loop.remove_writer(a) is True
-        # Gone entirely: another closed object was never registered.
+        assert loop.remove_writer(b) is True
+        # Gone entirely: now they are closed objects that are not registered.
         with pytest.raises(ValueError, match="Invalid file descriptor: -1"):
             loop.remove_reader(a)
-        assert loop.remove_reader(b) is True
+        with pytest.raises(ValueError, match="Invalid file descriptor: -1"):
+            loop.remove_writer(b)
     finally:
         a.close()
         b.close()
