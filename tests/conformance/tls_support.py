@@ -33,6 +33,8 @@ import trustme
 
 from tideloop._transports import tls as tlsmod
 
+import net_support
+
 #: Bound on any single wait in these tests: a hang fails fast instead of
 #: running into pytest-timeout.
 WAIT = 10.0
@@ -301,70 +303,24 @@ ROUTES = ["api", "module"]
 # Protocols
 
 
-class Recorder(asyncio.Protocol):
-    """Records every callback; futures for connection_made/eof/lost and byte counts."""
+class Recorder(net_support.Recorder):
+    """`net_support.Recorder`, stricter: bytes only, nothing after EOF or loss, waits bounded."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, eof_result: Any = None) -> None:
-        self.loop = loop
-        self.transport: Any = None
-        self.events: list[str] = []
-        self.data = bytearray()
+        super().__init__(loop)
         self.eof_result = eof_result
-        self.made: asyncio.Future[None] = loop.create_future()
-        self.eof: asyncio.Future[None] = loop.create_future()
-        self.lost: asyncio.Future[BaseException | None] = loop.create_future()
-        self.lost_calls = 0
-        self.paused = 0
-        self.resumed = 0
-        self._want = 0
-        self._enough: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.events.append("made")
-        self.transport = transport
-        self.made.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         assert type(data) is bytes
         assert "eof" not in self.events and "lost" not in self.events
-        if not self.events or self.events[-1] != "data":
-            self.events.append("data")
-        self.data += data
-        self._check()
+        super().data_received(data)
 
     def eof_received(self) -> Any:
-        self.events.append("eof")
-        self.eof.set_result(None)
+        super().eof_received()
         return self.eof_result
 
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.events.append("lost")
-        self.lost_calls += 1
-        if not self.lost.done():
-            self.lost.set_result(exc)
-        if self._enough is not None and not self._enough.done():
-            self._enough.set_exception(ConnectionError("lost before enough data"))
-
-    def pause_writing(self) -> None:
-        self.paused += 1
-        self.events.append("pause")
-
-    def resume_writing(self) -> None:
-        self.resumed += 1
-        self.events.append("resume")
-
-    def _check(self) -> None:
-        if self._enough is not None and len(self.data) >= self._want:
-            if not self._enough.done():
-                self._enough.set_result(None)
-            self._enough = None
-
     async def wait_for_bytes(self, n: int) -> bytes:
-        if len(self.data) < n:
-            self._want = n
-            self._enough = self.loop.create_future()
-            await asyncio.wait_for(self._enough, WAIT)
-        return bytes(self.data)
+        return await asyncio.wait_for(super().wait_for_bytes(n), WAIT)
 
     async def wait_lost(self) -> BaseException | None:
         return await asyncio.wait_for(asyncio.shield(self.lost), WAIT)

@@ -12,7 +12,7 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -97,16 +97,22 @@ def test_blocking_callback_is_busy_time_lag_and_a_slow_task_step(loop: tideloop.
     assert report.stack[1].filename == __file__
 
 
-def test_slow_plain_callback_reports_the_handle(loop: tideloop.Loop) -> None:
-    reports: list[SlowCallback] = []
-    loop.set_slow_callback_hook(reports.append, threshold=0.05)
+def run_blocking_callback(loop: tideloop.Loop, seconds: float) -> Callable[[], None]:
+    """Run one callback that blocks the loop for *seconds*; return it."""
 
     def block() -> None:
-        time.sleep(0.06)
+        time.sleep(seconds)
 
     loop.call_soon(block)
     loop.call_soon(loop.stop)
     loop.run_forever()
+    return block
+
+
+def test_slow_plain_callback_reports_the_handle(loop: tideloop.Loop) -> None:
+    reports: list[SlowCallback] = []
+    loop.set_slow_callback_hook(reports.append, threshold=0.05)
+    block = run_blocking_callback(loop, 0.06)
     [report] = reports
     assert report.task is None and report.stack == ()
     assert "block" in report.name and report.handle._callback is block  # type: ignore[attr-defined]
@@ -288,13 +294,7 @@ def test_debug_mode_counts_too(loop: tideloop.Loop) -> None:
     loop.slow_callback_duration = 10.0  # no warning noise
     reports: list[SlowCallback] = []
     loop.set_slow_callback_hook(reports.append, threshold=0.02)
-
-    def block() -> None:
-        time.sleep(0.03)
-
-    loop.call_soon(block)
-    loop.call_soon(loop.stop)
-    loop.run_forever()
+    block = run_blocking_callback(loop, 0.03)
     m = loop.metrics()
     assert m.callbacks == 2 and m.slow_callbacks == 1
     assert [r.handle._callback for r in reports] == [block]  # type: ignore[attr-defined]

@@ -448,12 +448,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             if handle._cancelled:
                 continue
             ran += 1
-            try:
-                handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self.call_exception_handler(callback_error_context(handle, exc, False))
+            handle._run()  # not the hot path: no inlining
             t = _real_time()
             if t - t_prev >= threshold:
                 slow += 1
