@@ -162,6 +162,14 @@ DIVERGENCES: dict[str, Divergence] = {
         "the child but then waits forever for the pipe that never connected.",
         why="A hang is never the intended behaviour; the error is asyncio's.",
     ),
+    "happy-eyeballs-no-refcycles": Divergence(
+        what="When every attempt of create_connection(happy_eyeballs_delay=...) fails, the "
+        "exception it raises is freed by reference counting; the stdlib loop's staggered "
+        "race keeps it in a list that a frame of its own traceback references, a cycle "
+        "that only the garbage collector breaks.",
+        why="Until a collection the cycle keeps the exception, its traceback and the locals "
+        "of every frame in it alive (CPython PR 124859 is the upstream fix; anyio tests it).",
+    ),
     # TLS
     "tls-bytearray-get-buffer": Divergence(
         what="A BufferedProtocol whose get_buffer() returns a bytearray receives TLS data "

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -157,3 +159,29 @@ def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
 async def close_server(server: asyncio.AbstractServer) -> None:
     server.close()
     await server.wait_closed()
+
+
+def refused_exception_holders(
+    loop: asyncio.AbstractEventLoop, happy_eyeballs_delay: float | None
+) -> list[object]:
+    """What, besides frames, still references a refused connection's exception.
+
+    Empty when the exception is freed by reference counting alone; a future
+    or a list here is a cycle through a frame of its traceback, which only
+    the garbage collector breaks (CPython PR 124859).
+    """
+    port = free_port()
+    caught: list[OSError] = []
+
+    async def main() -> None:
+        try:
+            await loop.create_connection(
+                asyncio.Protocol, "127.0.0.1", port, happy_eyeballs_delay=happy_eyeballs_delay
+            )
+        except OSError as exc:
+            caught.append(exc)  # not the task's result: the task is no holder
+
+    loop.run_until_complete(main())
+    exc = caught.pop()
+    assert isinstance(exc, ConnectionRefusedError)
+    return [ref for ref in gc.get_referrers(exc) if not isinstance(ref, types.FrameType)]

@@ -378,6 +378,19 @@ def check_datagram_transport_class() -> None:
         loop.close()
 
 
+def check_happy_eyeballs_no_refcycles() -> None:
+    from net_support import refused_exception_holders
+
+    loop = stdlib_loop()
+    try:
+        holders = refused_exception_holders(loop, 0.25)
+    finally:
+        loop.close()
+    if not holders:
+        pytest.skip("no divergence on this Python: its happy eyeballs leaves no cycle")
+    assert any(isinstance(ref, list) for ref in holders), holders
+
+
 def check_datagram_buffer_size_drains() -> None:
     if sys.version_info < (3, 13):
         pytest.skip("no divergence on this Python: asyncio before 3.13 counts payloads only")
@@ -778,6 +791,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "zero-length-datagrams": check_zero_length_datagrams,
     "datagram-transport-class-3.11": check_datagram_transport_class,
     "datagram-buffer-size-drains": check_datagram_buffer_size_drains,
+    "happy-eyeballs-no-refcycles": check_happy_eyeballs_no_refcycles,
     "own-child-watcher": check_own_child_watcher,
     "send-signal-never-reaps": check_send_signal_never_reaps,
     "subprocess-pipe-failure-no-hang": check_subprocess_pipe_failure_no_hang,

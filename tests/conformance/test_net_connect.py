@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from net_support import Echo, Recorder, close_server, free_port, has_ipv6
+from net_support import (
+    Echo,
+    Recorder,
+    close_server,
+    free_port,
+    has_ipv6,
+    refused_exception_holders,
+)
 
 
 @contextmanager
@@ -435,3 +442,15 @@ def test_protocol_factory_error_closes_socket(loop: asyncio.AbstractEventLoop) -
         with pytest.raises(KeyError):
             loop.run_until_complete(loop.connect_accepted_socket(factory, a))
         a.close()
+
+
+def test_connect_failure_leaves_no_reference_cycles(loop: asyncio.AbstractEventLoop) -> None:
+    """A refused connection's exception is freed by reference counting alone."""
+    assert refused_exception_holders(loop, None) == []
+
+
+@pytest.mark.divergence("happy-eyeballs-no-refcycles")
+def test_happy_eyeballs_failure_leaves_no_reference_cycles(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    assert refused_exception_holders(loop, 0.25) == []

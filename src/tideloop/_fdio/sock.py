@@ -270,6 +270,8 @@ class SockMethods(CoreLoop):
             fut.set_exception(exc)
         else:
             fut.set_result(None)
+        finally:
+            del fut  # as in _sock_connect_cb
 
     def _sock_connect_cb(
         self, fut: asyncio.Future[None], sock: socket.socket, address: _Address
@@ -288,6 +290,9 @@ class SockMethods(CoreLoop):
             fut.set_exception(exc)
         else:
             fut.set_result(None)
+        finally:
+            # Break the cycle exception -> traceback -> this frame -> fut.
+            del fut
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, _Address]:
         self._check_sock(sock)

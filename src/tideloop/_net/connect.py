@@ -257,6 +257,10 @@ class ConnectMethods(TransportMethods):
             if sock is not None:
                 sock.close()
             raise
+        finally:
+            # The list stays in *exceptions*; the name in this frame would make
+            # a cycle exception -> traceback -> this frame -> list -> exception.
+            del my_exceptions
 
     async def _race(
         self,
