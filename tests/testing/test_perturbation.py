@@ -228,10 +228,20 @@ def test_planted_race_passes_on_the_normal_loop(planted: Planted) -> None:
     assert failures == []
 
 
+#: Races whose input includes real thread timing: a replay repeats the loop's
+#: decisions, but the thread's result may arrive at another moment
+#: (docs/testing.md), so a replay fails most of the time, not every time.
+REAL_TIMING = {"executor_result_vs_timer"}
+
+
 @pytest.mark.parametrize("planted", RACES, ids=lambda p: p.name)
 def test_planted_race_is_found_and_replays(planted: Planted) -> None:
     for base in (0, 5000, 90000):
         n = seeds_to_find(planted, base, limit=100)
         assert n is not None, f"not found within 100 seeds from {base}"
         seed = base + n - 1
-        assert fails(planted, seed) and fails(planted, seed), f"seed {seed} did not replay"
+        if planted.name in REAL_TIMING:
+            replays = [fails(planted, seed) for _ in range(3)]
+            assert any(replays), f"seed {seed} did not replay in 3 tries"
+        else:
+            assert fails(planted, seed) and fails(planted, seed), f"seed {seed} did not replay"
