@@ -35,6 +35,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct loopback ports nobody listens on.
+
+    Separate free_port() calls may return the same port twice; two refusals
+    with one message would then collapse into one exception (asyncio raises
+    the first when all messages are equal), so the sockets are held together.
+    """
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def nonblocking_pair() -> tuple[socket.socket, socket.socket]:
     a, b = socket.socketpair()
     a.setblocking(False)

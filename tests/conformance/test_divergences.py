@@ -677,19 +677,12 @@ def check_tls_writelines_type_check() -> None:
 def check_tls_data_before_error() -> None:
     import ssl
 
+    from tls_support import bio_server_handshake
+
     loop = stdlib_loop()
 
     def serve(conn: socket.socket) -> None:
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        sslobj = _certs().server.wrap_bio(incoming, outgoing, server_side=True)
-        while True:
-            try:
-                sslobj.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                if outgoing.pending:
-                    conn.sendall(outgoing.read())
-                incoming.write(conn.recv(65536))
+        sslobj, _, outgoing = bio_server_handshake(conn, _certs().server)
         sslobj.write(b"hello")
         # One segment: a good record, then one that fails its integrity check.
         conn.sendall(outgoing.read() + b"\x17\x03\x03\x00\x20" + bytes(32))

@@ -18,6 +18,7 @@ from net_support import (
     Recorder,
     close_server,
     free_port,
+    free_ports,
     has_ipv6,
     refused_exception_holders,
 )
@@ -178,7 +179,7 @@ def test_create_connection_all_refused_same_message(loop: asyncio.AbstractEventL
 def test_create_connection_all_refused_multiple_exceptions(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    p1, p2 = free_port(), free_port()
+    p1, p2 = free_ports(2)
     fake_resolver(loop, [info("127.0.0.1", p1), info("127.0.0.1", p2)])
     with pytest.raises(OSError) as excinfo:
         loop.run_until_complete(loop.create_connection(asyncio.Protocol, "name.invalid", 80))
@@ -190,7 +191,7 @@ def test_create_connection_all_refused_multiple_exceptions(
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="all_errors is new in 3.12")
 def test_create_connection_all_errors(loop: asyncio.AbstractEventLoop) -> None:
-    p1, p2 = free_port(), free_port()
+    p1, p2 = free_ports(2)
     fake_resolver(loop, [info("127.0.0.1", p1), info("127.0.0.1", p2)])
     with pytest.raises(ExceptionGroup) as excinfo:
         loop.run_until_complete(
@@ -303,7 +304,7 @@ def test_happy_eyeballs_failure_starts_next_at_once(loop: asyncio.AbstractEventL
 
 
 def test_happy_eyeballs_all_fail(loop: asyncio.AbstractEventLoop) -> None:
-    p1, p2 = free_port(), free_port()
+    p1, p2 = free_ports(2)
     fake_resolver(loop, [info("127.0.0.1", p1), info("127.0.0.1", p2)])
     with pytest.raises(OSError, match="Multiple exceptions"):
         loop.run_until_complete(
@@ -335,7 +336,7 @@ def test_happy_eyeballs_cancelled(loop: asyncio.AbstractEventLoop) -> None:
 
 @pytest.mark.skipif(not has_ipv6(), reason="no IPv6 loopback")
 def test_interleave_orders_attempts_by_family(loop: asyncio.AbstractEventLoop) -> None:
-    a, b, c = free_port(), free_port(), free_port()
+    a, b, c = free_ports(3)
     fake_resolver(loop, [info("127.0.0.1", a), info("127.0.0.1", b), info("::1", c)])
     with pytest.raises(OSError) as excinfo:
         loop.run_until_complete(

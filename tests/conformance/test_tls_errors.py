@@ -25,6 +25,7 @@ from tls_support import (
     Recorder,
     Route,
     ThreadPeer,
+    bio_server_handshake,
     captured_asyncio_logs,
     close_server,
     first,
@@ -573,8 +574,7 @@ def memory_bio_server_that_ends_first(context: ssl.SSLContext, how: str) -> Any:
     """
 
     def target(conn: socket.socket, peer: ThreadPeer) -> None:
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        sslobj = context.wrap_bio(incoming, outgoing, server_side=True)
+        sslobj, incoming, outgoing = bio_server_handshake(conn, context)
 
         def pump() -> bool:
             if outgoing.pending:
@@ -583,12 +583,6 @@ def memory_bio_server_that_ends_first(context: ssl.SSLContext, how: str) -> Any:
             incoming.write(chunk)
             return bool(chunk)
 
-        while True:
-            try:
-                sslobj.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                pump()
         if outgoing.pending:
             conn.sendall(outgoing.read())
         request = b""
@@ -818,16 +812,7 @@ def test_data_before_a_bad_record_is_delivered(tls: Route, certs: Certs) -> None
     loop = tls.loop
 
     def target(conn: socket.socket, peer: ThreadPeer) -> None:
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        sslobj = certs.server.wrap_bio(incoming, outgoing, server_side=True)
-        while True:
-            try:
-                sslobj.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                if outgoing.pending:
-                    conn.sendall(outgoing.read())
-                incoming.write(conn.recv(65536))
+        sslobj, _, outgoing = bio_server_handshake(conn, certs.server)
         sslobj.write(b"hello")
         sslobj.write(b" world")
         # In one segment: two good records, then one that fails its integrity check.

@@ -449,6 +449,27 @@ class ThreadPeer:
         self.close()
 
 
+def bio_server_handshake(
+    conn: socket.socket, context: ssl.SSLContext
+) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]:
+    """The server side of a handshake over memory BIOs, on a blocking socket.
+
+    For peers that then put records (or raw bytes) on the wire by hand.
+    Returns the SSL object and its incoming and outgoing BIOs; what OpenSSL
+    wrote after its last flight (session tickets) is still in *outgoing*.
+    """
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    sslobj = context.wrap_bio(incoming, outgoing, server_side=True)
+    while True:
+        try:
+            sslobj.do_handshake()
+            return sslobj, incoming, outgoing
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                conn.sendall(outgoing.read())
+            incoming.write(conn.recv(65536))
+
+
 def tls_server_socket(conn: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
     """Wrap an accepted socket as a TLS server and complete the handshake."""
     return context.wrap_socket(conn, server_side=True)

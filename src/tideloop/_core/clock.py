@@ -23,7 +23,7 @@ What the core promises a clock with a ``wait`` (a virtual clock):
 - While executor jobs started by ``run_in_executor`` (or the default
   executor's shutdown) are in flight, a positive timeout is passed as None:
   their results are real work that will wake the loop, and time must not
-  skip ahead of them. The core counts those jobs only under such a clock.
+  skip ahead of them. (The core counts those jobs under any clock: the metrics report them.)
 
 Invariant: time never goes backwards; the loop does not check it.
 """

@@ -401,10 +401,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             now = t if self._now_is_real else self._now()
             timers.pop_due(now, now + self._clock_resolution, ready.append)
 
-        if self._debug:
-            self._run_ready_debug()
-            return
-        if self._timed:
+        if self._timed or self._debug:
             self._run_ready_timed()
             return
         # Only what is ready now runs in this phase: callbacks scheduled by
@@ -435,28 +432,45 @@ class CoreLoop(asyncio.AbstractEventLoop):
             self._counters.slow_callbacks += 1
 
     def _run_ready_timed(self) -> None:
-        """The run phase with a clock read per callback (hook or detailed metrics)."""
+        """The run phase with each callback timed: debug mode, a hook, or detailed metrics.
+
+        Debug mode adds asyncio's: ``_current_handle`` and a warning for a
+        callback that took ``slow_callback_duration`` of the loop's time.
+        """
         ready = self._ready
         counters = self._counters
+        debug = self._debug
         hook = self._slow_hook
         threshold = self.slow_callback_duration if hook is None else self._slow_hook_threshold
-        popleft = ready.popleft
         ran = slow = 0
-        t_prev = _real_time()
         for _ in range(len(ready)):
-            handle = popleft()
+            handle = ready.popleft()
             if handle._cancelled:
                 continue
             ran += 1
-            handle._run()  # not the hot path: no inlining
-            t = _real_time()
-            if t - t_prev >= threshold:
+            start = _real_time()
+            if debug:
+                self._run_handle_debug(handle)
+            else:
+                handle._run()  # not the hot path: no inlining
+            took = _real_time() - start
+            if took >= threshold:
                 slow += 1
                 if hook is not None:
-                    self._report_slow(hook, handle, t - t_prev)
-            t_prev = t
+                    self._report_slow(hook, handle, took)
         counters.callbacks += ran
         counters.slow_callbacks += slow
+
+    def _run_handle_debug(self, handle: asyncio.Handle) -> None:
+        try:
+            self._current_handle = handle
+            t0 = self._now()
+            handle._run()
+            dt = self._now() - t0
+            if dt >= self.slow_callback_duration:
+                logger.warning("Executing %s took %.3f seconds", _debug.format_handle(handle), dt)
+        finally:
+            self._current_handle = None
 
     def _report_slow(self, hook: SlowCallbackHook, handle: asyncio.Handle, duration: float) -> None:
         try:
@@ -484,37 +498,6 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
         self._executor_jobs -= 1
-
-    def _run_ready_debug(self) -> None:
-        ready = self._ready
-        counters = self._counters
-        hook = self._slow_hook
-        threshold = self.slow_callback_duration if hook is None else self._slow_hook_threshold
-        ran = slow = 0
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if handle._cancelled:
-                continue
-            ran += 1
-            try:
-                self._current_handle = handle
-                t0 = self._now()
-                r0 = _real_time()
-                handle._run()
-                dt = self._now() - t0
-                if dt >= self.slow_callback_duration:
-                    logger.warning(
-                        "Executing %s took %.3f seconds", _debug.format_handle(handle), dt
-                    )
-                real = _real_time() - r0
-                if real >= threshold:
-                    slow += 1
-                    if hook is not None:
-                        self._report_slow(hook, handle, real)
-            finally:
-                self._current_handle = None
-        counters.callbacks += ran
-        counters.slow_callbacks += slow
 
     def _check_running(self) -> None:
         if self.is_running():
