@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
 import sys
 from typing import Any
@@ -131,14 +132,39 @@ def test_unretrieved_task_exception_is_reported(loop: asyncio.AbstractEventLoop)
         del task
 
     loop.run_until_complete(main())
-    import gc
-
     gc.collect()
     assert any(
         ctx.get("message") == "Task exception was never retrieved"
         and isinstance(ctx.get("exception"), ValueError)
         for ctx in contexts
     )
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["normal", "debug"])
+def test_unreferenced_failed_task_is_reported_without_gc(
+    loop: asyncio.AbstractEventLoop, debug: bool
+) -> None:
+    # The task's only reference is its callback handle: the report comes by
+    # reference counting, in the same iteration, with no cycle through the
+    # loop's frames (CPython's test_futures2 test_task_exc_handler_correct_context).
+    loop.set_debug(debug)
+    seen: list[str] = []
+    loop.set_exception_handler(lambda lp, ctx: seen.append(str(ctx.get("message"))))
+
+    async def fails() -> None:
+        raise ValueError("never retrieved")
+
+    async def main() -> None:
+        loop.create_task(fails())
+        await asyncio.sleep(0)
+        loop.set_exception_handler(None)
+
+    gc.disable()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        gc.enable()
+    assert seen == ["Task exception was never retrieved"]
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio 3.11 runs handlers bare")

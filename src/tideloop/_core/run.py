@@ -471,6 +471,12 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 logger.warning("Executing %s took %.3f seconds", _debug.format_handle(handle), dt)
         finally:
             self._current_handle = None
+            # A task that failed in this callback keeps its coroutine's frame
+            # (in the traceback), whose f_back chain keeps this frame's
+            # locals once it returns: the handle would then keep the task
+            # alive in a cycle, and its "exception never retrieved" report
+            # would wait for the garbage collector.
+            del handle
 
     def _report_slow(self, hook: SlowCallbackHook, handle: asyncio.Handle, duration: float) -> None:
         try:
