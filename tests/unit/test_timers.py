@@ -38,7 +38,7 @@ class Recorder:
 
 def make(queue: TimerQueue, when: float, tag: object = None) -> TimerHandle:
     handle = TimerHandle(when, print, (tag,), Recorder(queue))  # type: ignore[arg-type]
-    queue.push(handle)
+    queue.push(handle, handle.when())
     return handle
 
 

@@ -30,12 +30,15 @@ from collections.abc import Callable
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Final
 
+from .native import python_class
+
 if TYPE_CHECKING:
     from .run import CoreLoop
 
 __all__ = ["THREADSAFE_TRIM", "Handle", "ThreadSafeHandle", "TimerHandle"]
 
 
+@python_class
 class Handle(asyncio.Handle):
     __slots__ = ()
     _callback: Callable[..., object] | None
@@ -59,12 +62,13 @@ class Handle(asyncio.Handle):
         self._repr = None
         self._source_traceback = extract_stack(sys._getframe(1)) if loop._debug else None
 
-    if sys.version_info < (3, 12):
+    def get_context(self) -> contextvars.Context:
+        # asyncio has it from 3.12 on (same body); defined unconditionally
+        # because mypyc compiles no conditional class-body statements.
+        return self._context
 
-        def get_context(self) -> contextvars.Context:
-            return self._context
 
-
+@python_class
 class TimerHandle(asyncio.TimerHandle):
     __slots__ = ()
     _callback: Callable[..., object] | None
@@ -92,23 +96,19 @@ class TimerHandle(asyncio.TimerHandle):
         self._when = when
         self._scheduled = False
 
-    if sys.version_info < (3, 12):
-
-        def get_context(self) -> contextvars.Context:
-            return self._context
+    def get_context(self) -> contextvars.Context:
+        # asyncio has it from 3.12 on (same body); defined unconditionally
+        # because mypyc compiles no conditional class-body statements.
+        return self._context
 
 
 # Newer Pythons (3.12.8+, 3.13.1+) give call_soon_threadsafe() a handle whose
 # cancel() takes a lock, so a cancel from another thread cannot race the run.
 _stdlib_threadsafe: Any = getattr(asyncio.events, "_ThreadSafeHandle", None)
 
-if _stdlib_threadsafe is not None:
-
-    class ThreadSafeHandle(_stdlib_threadsafe):  # type: ignore[misc]
-        __slots__ = ()
-
-else:
-    ThreadSafeHandle = Handle  # type: ignore[assignment,misc]
+#: What call_soon_threadsafe() constructs: that class where it exists, else
+#: our Handle.
+ThreadSafeHandle: Final[type[Handle]] = Handle if _stdlib_threadsafe is None else _stdlib_threadsafe
 
 #: Frames to trim off a ThreadSafeHandle's source traceback: the creating
 #: method's, plus _ThreadSafeHandle.__init__'s where that class exists.

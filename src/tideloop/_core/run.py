@@ -83,6 +83,7 @@ from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
 from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
 from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
+from .native import python_class
 from .timers import TimerQueue
 from .waker import make_waker
 
@@ -101,6 +102,22 @@ _HANDLER_IN_CONTEXT: Final = sys.version_info >= (3, 12)
 _CREATE_TASK_KWARGS: Final = bool(
     asyncio.BaseEventLoop.create_task.__code__.co_flags & 0x08  # CO_VARKEYWORDS
 )
+
+
+#: Whether this module runs as Python (it has frames) or compiled by mypyc
+#: (its functions have none: a debug traceback has nothing of ours to trim).
+_HAS_FRAMES: Final = __file__.endswith(".py")
+
+
+def trim(stack: list[Any], own: int, others: int = 0) -> None:
+    """Drop our frames off the end of a debug-mode source traceback.
+
+    *own*: frames of this module's methods (present only when it runs as
+    Python); *others*: frames of Python code they call (always present).
+    """
+    n = (own if _HAS_FRAMES else 0) + others
+    if n:
+        del stack[len(stack) - n :]
 
 
 def _is_real(value: object) -> bool:
@@ -170,6 +187,7 @@ def _stop_when_done(fut: asyncio.Future[Any]) -> None:
     fut.get_loop().stop()
 
 
+@python_class
 class CoreLoop(asyncio.AbstractEventLoop):
     # Closed until fully built: a loop whose construction failed (even
     # before this __init__ ran) must not warn or close anything in __del__.
@@ -255,15 +273,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
             _debug.check_callback(callback, "call_soon")
             handle = Handle(callback, args, self, context)
             if handle._source_traceback:
-                del handle._source_traceback[-1]
+                trim(handle._source_traceback, 1)
         else:
             handle = Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
+    # call_later/call_at take `object` for the time: the compiled build
+    # checks declared types on entry, and a wrong type must fail with
+    # asyncio's error (or our documented one), not mypyc's.
     def call_later(
         self,
-        delay: float,
+        delay: object,
         callback: Callable[[Unpack[_Ts]], object],
         *args: *_Ts,
         context: contextvars.Context | None = None,
@@ -271,11 +292,11 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if delay is None:
             raise TypeError("delay must not be None")
         # asyncio's debug checks name call_at() here too.
-        return self._call_at(self._now() + delay, callback, args, context)
+        return self._call_at(self._now() + cast(Any, delay), callback, args, context)
 
     def call_at(
         self,
-        when: float,
+        when: object,
         callback: Callable[[Unpack[_Ts]], object],
         *args: *_Ts,
         context: contextvars.Context | None = None,
@@ -286,7 +307,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
     def _call_at(
         self,
-        when: float,
+        when: object,
         callback: Callable[..., object],
         args: tuple[Any, ...],
         context: contextvars.Context | None,
@@ -297,14 +318,17 @@ class CoreLoop(asyncio.AbstractEventLoop):
             # Divergence "call-at-rejects-non-numbers": asyncio fails later,
             # inside the heap, and can leave it broken.
             raise TypeError(f"when must be a real number, not {type(when).__name__}")
+        # The handle keeps *when* as given (when() returns it); the heap
+        # orders by its float value.
+        key = when if type(when) is float else float(cast(Any, when))
         if self._debug:
             self._check_thread()
             _debug.check_callback(callback, "call_at")
-        timer = TimerHandle(when, callback, args, self, context)
+        timer = TimerHandle(cast(Any, when), callback, args, self, context)
         if timer._source_traceback:
             # Trim this frame and the public method's.
-            del timer._source_traceback[-2:]
-        self._timers.push(timer)
+            trim(timer._source_traceback, 2)
+        self._timers.push(timer, key)
         return timer
 
     def call_soon_threadsafe(
@@ -319,7 +343,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             _debug.check_callback(callback, "call_soon_threadsafe")
         handle = ThreadSafeHandle(callback, args, self, context)
         if handle._source_traceback:
-            del handle._source_traceback[-THREADSAFE_TRIM:]
+            trim(handle._source_traceback, 1, others=THREADSAFE_TRIM - 1)
         # The ready queue's append, or the schedule's admission (see __init__).
         self._admit_threadsafe(handle)
         self._waker.wake()
@@ -718,7 +742,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             if factory is not None:
                 task = factory(self, coro, **kwargs)
                 return task
-            task = asyncio.Task(coro, loop=self, **kwargs)
+            task = asyncio.Task(cast(Any, coro), loop=self, **kwargs)
         else:
             name = kwargs.pop("name", None)
             context = kwargs.pop("context", None)
@@ -736,9 +760,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 if name is not None:
                     task.set_name(name)
                 return task
-            task = asyncio.Task(coro, loop=self, name=name, context=context)
+            task = asyncio.Task(cast(Any, coro), loop=self, name=name, context=context)
         if task._source_traceback:  # type: ignore[attr-defined]
-            del task._source_traceback[-1]  # type: ignore[attr-defined]
+            trim(task._source_traceback, 1)  # type: ignore[attr-defined]
         return task
 
     def set_task_factory(self, factory: Any) -> None:

@@ -56,8 +56,9 @@ class TimerQueue:
     def __len__(self) -> int:
         return len(self.heap)
 
-    def push(self, handle: TimerHandle) -> None:
-        heappush(self.heap, (handle._when, next(self._seq), handle))
+    def push(self, handle: TimerHandle, when: float) -> None:
+        """Schedule *handle*; *when* is its deadline as a float (the heap's key)."""
+        heappush(self.heap, (when, next(self._seq), handle))
         handle._scheduled = True
 
     def note_cancelled(self, handle: TimerHandle) -> None:

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import Any, TypeVarTuple, Unpack
 
 from tideloop._core.handles import Handle
+from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop, ReadyQueue
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
 
@@ -286,6 +287,7 @@ class FdRegistry:
         self._poller.close()
 
 
+@python_class
 class FdMethods(CoreLoop):
     """``add_reader``, ``remove_reader``, ``add_writer``, ``remove_writer``."""
 

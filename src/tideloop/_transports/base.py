@@ -35,6 +35,8 @@ asyncio's ``Server._attach``/``_detach``.
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # mypyc refers to base classes through their own modules
+import asyncio.transports
 import collections
 import socket
 import warnings
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
+from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
@@ -70,6 +73,7 @@ class ConnectionTracker(Protocol):
     def _detach(self, transport: asyncio.BaseTransport | None = None) -> None: ...
 
 
+@python_class
 class FdTransport(asyncio.BaseTransport):
     """A transport over one fd (a socket or a pipe): registration and lifecycle.
 
@@ -312,6 +316,7 @@ class FdTransport(asyncio.BaseTransport):
             server._detach(self)
 
 
+@python_class
 class WriteFlowControl(FdTransport):
     """An `FdTransport` that writes: the water marks and pause/resume_writing.
 

@@ -50,6 +50,8 @@ Invariants (with those of `FdTransport`):
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # mypyc refers to base classes through their own modules
+import asyncio.transports
 import errno
 import os
 import stat
@@ -60,6 +62,7 @@ from itertools import islice
 from typing import Any, Final, TypeVar
 
 from tideloop._core.errors import logger
+from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
@@ -96,6 +99,7 @@ def _pipe_repr(transport: FdTransport, state: str) -> str:
     return "<{}>".format(" ".join(info))
 
 
+@python_class
 class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
     __slots__ = ("_pipe",)
 
@@ -187,6 +191,7 @@ class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
             self._loop.call_soon(self._call_connection_lost, exc)
 
 
+@python_class
 class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
     __slots__ = ("_pipe",)
 
@@ -337,6 +342,7 @@ def _no_write() -> None:
     """A read pipe never registers its write handle."""
 
 
+@python_class
 class PipeMethods(CoreLoop):
     """``connect_read_pipe``, ``connect_write_pipe``."""
 

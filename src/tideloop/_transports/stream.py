@@ -46,6 +46,8 @@ lifecycle):
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # mypyc refers to base classes through their own modules
+import asyncio.transports
 import collections
 import os
 import socket
@@ -56,6 +58,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.errors import logger
+from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
@@ -99,6 +102,7 @@ def _byte_view(data: memoryview) -> memoryview:
     return data
 
 
+@python_class
 class SocketTransport(WriteFlowControl, asyncio.Transport):
     __slots__ = (
         "_buffered",

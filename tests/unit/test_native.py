@@ -1,0 +1,109 @@
+"""The compiled build's rules: what setup.py compiles, `python_class`, ``__compiled__``.
+
+These run on both builds. CI runs the whole suite once on the mypyc build
+with ``TIDELOOP_EXPECT_COMPILED=1`` (and on the pure builds with ``0``), so
+that a build that silently fell back to Python cannot pass as compiled.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+import tideloop
+from tideloop._core.native import MARK, is_compiled
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compiled_modules() -> list[str]:
+    """The module names in setup.py's COMPILED list."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "COMPILED" for t in node.targets
+        ):
+            paths = ast.literal_eval(node.value)
+            return [p.removeprefix("src/").removesuffix(".py").replace("/", ".") for p in paths]
+    raise AssertionError("setup.py defines no COMPILED list")
+
+
+COMPILED = compiled_modules()
+
+
+def test_compiled_list_names_real_modules() -> None:
+    assert "tideloop._core.run" in COMPILED
+    for name in COMPILED:
+        importlib.import_module(name)
+
+
+def test_all_or_none_of_the_list_is_compiled() -> None:
+    states = {name: is_compiled(sys.modules[name].__file__) for name in COMPILED}
+    assert len(set(states.values())) == 1, states
+    assert tideloop.__compiled__ is states["tideloop._core.run"]
+
+
+@pytest.mark.skipif(
+    "TIDELOOP_EXPECT_COMPILED" not in os.environ, reason="set by CI for each build it tests"
+)
+def test_the_build_is_the_expected_one() -> None:
+    assert tideloop.__compiled__ is (os.environ["TIDELOOP_EXPECT_COMPILED"] == "1")
+
+
+def _own_classes(module_name: str) -> list[type]:
+    module = sys.modules[module_name]
+    return [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module_name]
+
+
+def _exempt(cls: type) -> bool:
+    # Protocols and named tuples are compiled as Python classes by mypyc itself.
+    return bool(getattr(cls, "_is_protocol", False)) or issubclass(cls, tuple)
+
+
+def _all_tideloop_classes() -> list[type]:
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name == "tideloop" or name.startswith("tideloop."):
+            found += [
+                v for v in vars(module).values() if isinstance(v, type) and v.__module__ == name
+            ]
+    return found
+
+
+@pytest.mark.parametrize("module_name", COMPILED)
+def test_classes_that_must_stay_python_are_marked(module_name: str) -> None:
+    # A native class may not extend a class from outside tideloop (other
+    # than object), nor be extended by a module mypyc did not compile: those
+    # classes carry python_class (see tideloop._core.native).
+    importlib.import_module("tideloop.testing")
+    everything = _all_tideloop_classes()
+    problems = []
+    for cls in _own_classes(module_name):
+        if _exempt(cls) or vars(cls).get(MARK):
+            continue
+        foreign = [b for b in cls.__bases__ if b is not object and b is not typing.Generic]
+        foreign = [b for b in foreign if not b.__module__.startswith("tideloop.")]
+        outside = [
+            c.__qualname__
+            for c in everything
+            if c is not cls and cls in c.__mro__ and c.__module__ not in COMPILED
+        ]
+        if foreign or outside:
+            problems.append(f"{cls.__qualname__}: bases {foreign}, subclassed by {outside}")
+    assert not problems
+
+
+def test_python_class_returns_the_class_marked() -> None:
+    from tideloop._core.native import python_class
+
+    class C:
+        pass
+
+    assert python_class(C) is C
+    assert vars(C)[MARK] is True
