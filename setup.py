@@ -28,7 +28,9 @@ COMPILED = [
     "src/tideloop/_transports/pipes.py",
 ]
 
-if os.environ.get("TIDELOOP_COMPILE") == "1":
+# TIDELOOP_BUILD_REQUIRES_ONLY: the build backend (build_support/tideloop_build.py)
+# is only asking for build requirements; mypy is not installed yet.
+if os.environ.get("TIDELOOP_COMPILE") == "1" and not os.environ.get("TIDELOOP_BUILD_REQUIRES_ONLY"):
     from mypyc.build import mypycify
 
     setup(ext_modules=mypycify(COMPILED, opt_level="3"))

@@ -10,6 +10,7 @@ adds it to the build requirements then, and only then.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (
@@ -36,15 +37,26 @@ __all__ = [
 MYPYC_REQUIREMENT = "mypy>=1.18"
 
 
-def _compile_requires() -> list[str]:
-    return [MYPYC_REQUIREMENT] if os.environ.get("TIDELOOP_COMPILE") == "1" else []
+#: Set while setuptools runs setup.py only to list build requirements: mypy
+#: (and so mypyc) is not installed yet then, so setup.py must not compile.
+REQUIRES_ONLY = "TIDELOOP_BUILD_REQUIRES_ONLY"
+
+
+def _requires(ask: Callable[[], list[str]]) -> list[str]:
+    if os.environ.get("TIDELOOP_COMPILE") != "1":
+        return ask()
+    os.environ[REQUIRES_ONLY] = "1"
+    try:
+        return [*ask(), MYPYC_REQUIREMENT]
+    finally:
+        del os.environ[REQUIRES_ONLY]
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, object] | None = None) -> list[str]:
-    return [*_setuptools.get_requires_for_build_wheel(config_settings), *_compile_requires()]
+    return _requires(lambda: _setuptools.get_requires_for_build_wheel(config_settings))
 
 
 def get_requires_for_build_editable(
     config_settings: dict[str, object] | None = None,
 ) -> list[str]:
-    return [*_setuptools.get_requires_for_build_editable(config_settings), *_compile_requires()]
+    return _requires(lambda: _setuptools.get_requires_for_build_editable(config_settings))
