@@ -54,9 +54,14 @@ class Primitive:
     run: Callable[[int], Coroutine[Any, Any, Sample]]
     quick_n: int
     full_n: int
+    #: Sizes for a primitive whose cost depends on n itself (pending timers): the
+    #: full run has one case per size, labelled ``<unit>=<n>``; quick runs quick_n.
+    scale: Sequence[int] = ()
     kind: Literal["primitive"] = field(default="primitive", init=False)
 
     def cases(self, quick: bool) -> list[dict[str, int]]:
+        if self.scale and not quick:
+            return [{"n": n, self.unit: n} for n in self.scale]
         return [{"n": self.quick_n if quick else self.full_n}]
 
 

@@ -11,6 +11,10 @@ is the load generator's, after its warm-up:
 - wrk: a warm-up ``wrk`` run first, then the server's CPU time is read
   just before the measured ``wrk`` starts and just after it exits.
 
+Memory (echo client only): the server's RSS (``/proc/<pid>/status``) once it
+listens and again at ``END``, with every connection open and busy;
+``rss_per_conn_kib`` is the growth divided by the number of connections.
+
 Saturation is reported, not assumed: ``cpu_pct`` is the server's CPU time
 over wall time in the window (100 = one core fully busy), ``client_cpu_pct``
 the load generator's. A server near 100% with a client well below it is
@@ -110,6 +114,24 @@ def proc_cpu(pid: int) -> tuple[float, float]:
     fields = stat[stat.rindex(")") + 2 :].split()
     # After "pid (comm) ": state is field 3 of proc(5), utime 14, stime 15.
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def proc_rss(pid: int) -> int:
+    """Resident set size of process *pid* in bytes, from /proc/<pid>/status (VmRSS)."""
+    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def memory(rss_idle: int, rss_busy: int, conns: int) -> dict[str, float]:
+    """The server's RSS listening and serving, and its growth per connection (KiB)."""
+    return {
+        "rss_idle_kib": rss_idle / 1024,
+        "rss_kib": rss_busy / 1024,
+        "rss_per_conn_kib": (rss_busy - rss_idle) / 1024 / conns,
+    }
 
 
 def machine_busy() -> float:
@@ -283,10 +305,14 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
                 return dict(status)
             bound = status["address"]
             tls = workload.client in ("tls_echo", "https")
+            # Listening, before any connection: the base of the per-connection memory.
+            rss_idle = proc_rss(server.pid)
             if client is not None:
                 result = drive_echo(client, bound, params, server.pid, cfg, tls=tls)
             else:
                 result = drive_wrk(bound, params, server.pid, cfg, tls=tls)
+            if result.get("status") == "ok" and "rss_busy" in result:
+                result.update(memory(rss_idle, result.pop("rss_busy"), params["conns"]))
             if server.poll() is not None:
                 why = tail(errlog) or f"exit {server.returncode}"
                 return {"status": "error", "reason": f"server died: {why}"}
@@ -322,11 +348,14 @@ def drive_echo(
         reader = LineReader(proc)
         deadline = time.monotonic() + cfg.warmup + cfg.duration + 60
         marks: dict[str, tuple[float, float, float, float]] = {}
+        rss_busy = 0
         result_line = None
         while (line := reader.readline(deadline)) is not None:
             if line in ("START", "END"):
                 user, system = proc_cpu(server_pid)
                 marks[line] = (time.monotonic(), user, system, machine_busy())
+                if line == "END":  # every connection open and busy
+                    rss_busy = proc_rss(server_pid)
             elif line.startswith("{"):
                 result_line = line
                 break
@@ -353,6 +382,7 @@ def drive_echo(
         "max_us": out["max_us"],
         "client_cpu_pct": 100.0 * client_cpu / out["seconds"] if out["seconds"] else None,
         "client": out,
+        "rss_busy": rss_busy,
     }
     return finish(
         out["messages"],

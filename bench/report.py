@@ -29,6 +29,7 @@ METRICS = (
     "cpu_pct",
     "client_cpu_pct",
     "other_cpu_pct",
+    "rss_per_conn_kib",
 )
 
 
@@ -87,6 +88,10 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
 
+def _kib(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}KiB"
+
+
 def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
@@ -96,7 +101,7 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
     head = (
         f"{'':2}{'loop':<10}{'ops/s':>12}{'p50':>9}{'p99':>9}"
         f"{'usr us/op':>11}{'sys us/op':>11}{'srv CPU':>9}{'cli CPU':>9}{'other':>7}"
-        f"{'vs asyncio':>12}{'vs uvloop':>11}"
+        f"{'vs asyncio':>12}{'vs uvloop':>11}{'mem/conn':>10}"
     )
     lines = [head, "-" * len(head)]
     flagged = disturbed = False
@@ -124,6 +129,7 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
                 f"{_us(s['cpu_sys_us_per_op']):>11}{srv:>9}{_pct(s['client_cpu_pct']):>9}"
                 f"{other:>7}"
                 f"{_ratio(s.get('vs_asyncio')):>12}{_ratio(s.get('vs_uvloop')):>11}"
+                f"{_kib(s.get('rss_per_conn_kib')):>10}"
             )
     lines.append("")
     lines.append(
@@ -138,6 +144,10 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
     lines.append(
         "meanwhile (100% = one core; high = disturbed run). vs X: ops/s ratio to loop X"
         " (>1 = faster)."
+    )
+    lines.append(
+        "mem/conn: growth of the server's RSS from listening to all connections busy, per"
+        " connection (echo)."
     )
     if flagged:
         lines.append(
@@ -157,11 +167,30 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
 
 
-COLOURS = {"asyncio": "#4c72b0", "uvloop": "#dd8452", "tideloop": "#55a868"}
+COLOURS = {
+    "asyncio": "#4c72b0",
+    "uvloop": "#dd8452",
+    "tideloop": "#55a868",
+    "tideloop-compiled": "#1b5e20",
+}
+
+
+def scaling_param(cases: list[dict[str, Any]]) -> str | None:
+    """The one parameter a workload's cases vary (connections, timers), if exactly one does."""
+    if len(cases) < 2:
+        return None
+    keys = [k for k in cases[0]["params"] if k != "n"] or ["n"]
+    varying = [k for k in keys if len({c["params"].get(k) for c in cases}) > 1]
+    return varying[0] if len(varying) == 1 else None
 
 
 def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
-    """One PNG per workload: ops/s (bars: median, whiskers: min-max) and CPU per op."""
+    """One PNG per workload: ops/s (bars: median, whiskers: min-max) and CPU per op.
+
+    A workload whose cases vary one parameter (connections, pending timers)
+    also gets ``<name>-scaling.png``: ops/s against that parameter, a line per
+    loop, over memory per connection (echo) or CPU per op.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -230,4 +259,69 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+        param = scaling_param(cases)
+        if param is not None:
+            written.append(
+                _scaling_chart(
+                    plt, name, cases=cases, param=param, loops=loops, footer=footer, out_dir=out_dir
+                )
+            )
     return written
+
+
+def _scaling_chart(
+    plt: Any,
+    name: str,
+    *,
+    cases: list[dict[str, Any]],
+    param: str,
+    loops: Sequence[str],
+    footer: str,
+    out_dir: Path,
+) -> Path:
+    """Throughput (and memory or CPU per op) against the one varying parameter, a line per loop."""
+    xs_all = [c["params"][param] for c in cases]
+    memory = any(
+        s.get("rss_per_conn_kib") is not None for c in cases for s in c["summary"].values()
+    )
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    for loop in loops:
+        xs, ys, lo, hi, second = [], [], [], [], []
+        for case in cases:
+            s = case["summary"].get(loop, {})
+            if s.get("status") != "ok":
+                continue
+            xs.append(case["params"][param])
+            ys.append(s["ops_per_s"])
+            lo.append(s["ops_per_s"] - s["ops_per_s_min"])
+            hi.append(s["ops_per_s_max"] - s["ops_per_s"])
+            if memory:
+                second.append(s.get("rss_per_conn_kib") or 0.0)
+            else:
+                second.append((s["cpu_user_us_per_op"] or 0.0) + (s["cpu_sys_us_per_op"] or 0.0))
+        if not xs:
+            continue
+        colour = COLOURS.get(loop)
+        ax1.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colour, label=loop)
+        ax2.plot(xs, second, marker="o", color=colour, label=loop)
+    if max(xs_all) >= 10 * min(xs_all):
+        ax1.set_xscale("log")
+    ax1.set_ylim(bottom=0)
+    ax1.set_ylabel(f"{cases[0]['unit']}/s (higher is better)")
+    ax1.set_title(f"{cases[0]['title']}: against {param}")
+    ax1.legend(loc="best", fontsize=8)
+    ax1.grid(alpha=0.3)
+    ax2.set_ylim(bottom=0)
+    ax2.set_ylabel(
+        "server RSS growth per connection (KiB)" if memory else "CPU us per op (user + sys)"
+    )
+    ax2.set_xlabel(param)
+    ax2.set_xticks(xs_all)
+    ax2.set_xticklabels([f"{x:,}" for x in xs_all])
+    ax2.grid(alpha=0.3)
+    fig.text(0.01, 0.005, footer, fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path = out_dir / f"{name}-scaling.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -237,6 +237,21 @@ int main(int argc, char **argv) {
     double warmup = atof(argv[base + 2]), duration = atof(argv[base + 3]);
     if (nconns <= 0 || msg_size == 0 || duration <= 0) { fprintf(stderr, "bad arguments\n"); return 2; }
 
+    /* One fd per connection: raise the soft limit as far as needed (the scale
+     * workloads run 10,000 connections; the default soft limit is often 1024). */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) < 0) die("getrlimit");
+    rlim_t need = (rlim_t)nconns + 16;
+    if (nofile.rlim_cur < need) {
+        if (nofile.rlim_max != RLIM_INFINITY && nofile.rlim_max < need) {
+            fprintf(stderr, "%d connections need %lu fds, the hard limit is %lu\n", nconns,
+                    (unsigned long)need, (unsigned long)nofile.rlim_max);
+            return 1;
+        }
+        nofile.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0) die("setrlimit");
+    }
+
     msg = malloc(msg_size);
     hist = calloc(HIST_US, sizeof *hist);
     size_t rbuf_size = 256 * 1024;

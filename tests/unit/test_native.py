@@ -107,3 +107,42 @@ def test_python_class_returns_the_class_marked() -> None:
 
     assert python_class(C) is C
     assert vars(C)[MARK] is True
+
+
+# The build backend asks setuptools for its requirements by running setup.py
+# before any of them (mypy, hence mypyc) is installed in pip's isolated build
+# environment. Here mypyc cannot be imported at all, as there.
+_REQUIRES = """
+import importlib.abc, json, sys
+class NoMypyc(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "mypyc" or name.startswith("mypyc."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+sys.meta_path.insert(0, NoMypyc())
+sys.path.insert(0, "build_support")
+import tideloop_build
+print(json.dumps(tideloop_build.get_requires_for_build_wheel()))
+"""
+
+
+@pytest.mark.parametrize("compile_flag", ["1", ""])
+def test_build_requirements_are_listed_without_mypyc(compile_flag: str) -> None:
+    import json
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELOOP_")}
+    env["TIDELOOP_COMPILE"] = compile_flag
+    proc = subprocess.run(
+        [sys.executable, "-c", _REQUIRES],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    requires = json.loads(proc.stdout.strip().splitlines()[-1])
+    has_mypy = any(r.startswith("mypy") for r in requires)
+    assert has_mypy == (compile_flag == "1"), requires
