@@ -79,6 +79,7 @@ from time import sleep as _yield_gil
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
+from . import shutdown as _shutdown
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
 from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
@@ -890,23 +891,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if not self.is_closed():
             self.call_soon_threadsafe(self.create_task, agen.aclose())
 
-    async def shutdown_asyncgens(self) -> None:
-        self._asyncgens_shutdown_called = True
-        if not len(self._asyncgens):
-            return
-        closing = list(self._asyncgens)
-        self._asyncgens.clear()
-        results = await asyncio.gather(*[ag.aclose() for ag in closing], return_exceptions=True)
-        for result, agen in zip(results, closing, strict=True):
-            if isinstance(result, Exception):
-                self.call_exception_handler(
-                    {
-                        "message": f"an error occurred during closing of "
-                        f"asynchronous generator {agen!r}",
-                        "exception": result,
-                        "asyncgen": agen,
-                    }
-                )
+    # Coroutine methods live in a module mypyc does not compile (see shutdown.py).
+    shutdown_asyncgens = _shutdown.shutdown_asyncgens
 
     # ------------------------------------------------------------------
     # Threads: the default executor
@@ -937,28 +923,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             raise TypeError("executor must be ThreadPoolExecutor instance")
         self._default_executor = executor
 
-    async def shutdown_default_executor(self, timeout: float | None = None) -> None:
-        self._executor_shutdown_called = True
-        executor = self._default_executor
-        if executor is None:
-            return
-        future = self.create_future()
-        self._executor_job_started(future)
-        # Joining the pool's threads blocks, so a helper thread does it.
-        thread = threading.Thread(target=self._join_executor, args=(executor, future))
-        thread.start()
-        try:
-            async with asyncio.timeout(timeout):
-                await future
-        except TimeoutError:
-            warnings.warn(
-                f"The executor did not finishing joining its threads within {timeout} seconds.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            executor.shutdown(wait=False)
-        else:
-            thread.join()
+    shutdown_default_executor = _shutdown.shutdown_default_executor
 
     def _join_executor(
         self, executor: concurrent.futures.ThreadPoolExecutor, future: asyncio.Future[None]

@@ -57,15 +57,15 @@ import os
 import stat
 from asyncio import constants
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
-from collections.abc import Callable
 from itertools import islice
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from tideloop._core.errors import logger
 from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
+from . import pipe_connect as _connect
 from .base import FdTransport, WriteFlowControl
 from .stream import IOV_MAX
 
@@ -74,8 +74,6 @@ READ_SIZE: Final = 64 * 1024
 
 #: The pipe object asyncio takes: anything with fileno() and close().
 Pipe = Any
-
-_PipeT = TypeVar("_PipeT", "ReadPipeTransport", "WritePipeTransport")
 
 
 def _closed_by_peer_message(transport: object) -> None:
@@ -366,31 +364,6 @@ class PipeMethods(CoreLoop):
     ) -> WritePipeTransport:
         return WritePipeTransport(self, pipe, protocol, waiter, extra, fds=self._fds)
 
-    async def connect_read_pipe(  # type: ignore[override]
-        self, protocol_factory: Callable[[], asyncio.BaseProtocol], pipe: Pipe
-    ) -> tuple[asyncio.ReadTransport, asyncio.BaseProtocol]:
-        return await self._connect_pipe(self._make_read_pipe_transport, protocol_factory, pipe)
-
-    async def connect_write_pipe(  # type: ignore[override]
-        self, protocol_factory: Callable[[], asyncio.BaseProtocol], pipe: Pipe
-    ) -> tuple[asyncio.WriteTransport, asyncio.BaseProtocol]:
-        return await self._connect_pipe(self._make_write_pipe_transport, protocol_factory, pipe)
-
-    async def _connect_pipe(
-        self,
-        make: Callable[..., _PipeT],
-        protocol_factory: Callable[[], asyncio.BaseProtocol],
-        pipe: Pipe,
-    ) -> tuple[_PipeT, asyncio.BaseProtocol]:
-        protocol = protocol_factory()
-        waiter: asyncio.Future[None] = self.create_future()
-        transport = make(pipe, protocol, waiter)
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        if self._debug:
-            kind = "Read" if isinstance(transport, ReadPipeTransport) else "Write"
-            logger.debug("%s pipe %r connected: (%r, %r)", kind, pipe.fileno(), transport, protocol)
-        return transport, protocol
+    # Coroutine methods live in a module mypyc does not compile (see pipe_connect.py).
+    connect_read_pipe = _connect.connect_read_pipe  # type: ignore[assignment]
+    connect_write_pipe = _connect.connect_write_pipe  # type: ignore[assignment]
