@@ -39,6 +39,17 @@ DIVERGENCES: dict[str, Divergence] = {
         "entry makes it deterministic at no cost. Programs cannot rely on asyncio's order, "
         "so nothing that works on asyncio breaks.",
     ),
+    "timer-deadline-as-float": Divergence(
+        what="Timers are ordered and fired by float(when). asyncio compares the when objects "
+        "themselves, so two deadlines given as ints, Fractions or Decimals that differ by "
+        "less than a float can tell apart run in asyncio's exact order but, on tideloop, in "
+        "the order they were scheduled (equal floats). handle.when() still returns the "
+        "object given.",
+        why="Heap entries keyed by a float compare in C: scheduling a timer calls no Python "
+        "__lt__, which is what keeps call_later cheap with many timers pending. The loop's "
+        "clock is a float, so deadlines closer than a float's precision cannot be told "
+        "apart by it anyway.",
+    ),
     "handle-get-context-3.11": Divergence(
         what="On Python 3.11, handles have get_context() (added to asyncio in 3.12).",
         why="Handles look the same on every supported Python (exception handlers and "

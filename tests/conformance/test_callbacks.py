@@ -238,6 +238,38 @@ def test_equal_deadlines_fire_in_scheduling_order(loop: asyncio.AbstractEventLoo
     assert order == list(range(20))
 
 
+@pytest.mark.divergence("timer-deadline-as-float")
+def test_deadlines_closer_than_a_float_fire_in_scheduling_order(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    from fractions import Fraction
+
+    order: list[str] = []
+    when = Fraction(loop.time()) + Fraction(1, 100)
+    later = loop.call_at(when + Fraction(1, 10**30), order.append, "later")
+    loop.call_at(when, order.append, "earlier")
+    loop.call_at(float(when) + 0.01, loop.stop)
+    loop.run_forever()
+    assert order == ["later", "earlier"]  # one float: scheduling order
+    assert later.when() == when + Fraction(1, 10**30)  # the object given, not the float
+
+
+def test_exact_deadlines_keep_their_order_when_floats_differ(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # Distinct floats: ints and Fractions are ordered exactly as asyncio orders them.
+    from fractions import Fraction
+
+    order: list[str] = []
+    base = Fraction(loop.time()) + Fraction(1, 100)
+    loop.call_at(base + Fraction(2, 1000), order.append, "third")
+    loop.call_at(base, order.append, "first")
+    loop.call_at(float(base) + 0.001, order.append, "second")
+    loop.call_at(float(base) + 0.01, loop.stop)
+    loop.run_forever()
+    assert order == ["first", "second", "third"]
+
+
 def test_call_soon_after_close_raises(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
     for call in (

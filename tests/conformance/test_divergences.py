@@ -62,6 +62,27 @@ def check_equal_deadline_fifo() -> None:
         loop.close()
 
 
+def _order_of_close_fraction_deadlines(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Schedule "later" first, then "earlier" a 1e-30 s before it (the same float)."""
+    from fractions import Fraction
+
+    order: list[str] = []
+    when = Fraction(loop.time()) + Fraction(1, 100)
+    loop.call_at(when + Fraction(1, 10**30), order.append, "later")
+    loop.call_at(when, order.append, "earlier")
+    loop.call_at(float(when) + 0.01, loop.stop)
+    loop.run_forever()
+    return order
+
+
+def check_timer_deadline_as_float() -> None:
+    loop = stdlib_loop()
+    try:
+        assert _order_of_close_fraction_deadlines(loop) == ["earlier", "later"]
+    finally:
+        loop.close()
+
+
 def check_handle_get_context() -> None:
     loop = stdlib_loop()
     try:
@@ -769,6 +790,7 @@ def check_tls_closed_twice() -> None:
 CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
+    "timer-deadline-as-float": check_timer_deadline_as_float,
     "handle-get-context-3.11": check_handle_get_context,
     "factory-task-name-3.13.0": check_factory_task_name,
     "executor-shutdown-timeout": check_executor_timeout,
