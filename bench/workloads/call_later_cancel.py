@@ -10,28 +10,17 @@ from __future__ import annotations
 import asyncio
 
 from bench.api import Primitive, Sample
+from bench.workloads._timers import arm_and_cancel
 
 BATCH = 1000
 
 
-def _noop() -> None:
-    pass
-
-
 async def run(n: int) -> Sample:
     loop = asyncio.get_running_loop()
-    call_later = loop.call_later
     delays = [10.0 + i * 1e-3 for i in range(BATCH)]
     rounds = max(1, n // BATCH)
     for _ in range(rounds):
-        handles = [call_later(d, _noop) for d in delays]
-        await asyncio.sleep(0)
-        for h in handles:
-            h.cancel()
-        await asyncio.sleep(0)
-        fut = loop.create_future()
-        call_later(0.0, fut.set_result, None)
-        await fut
+        await arm_and_cancel(loop, delays)
     return Sample(rounds * (BATCH + 1))
 
 

@@ -14,26 +14,14 @@ from __future__ import annotations
 import asyncio
 
 from bench.api import Primitive, Sample
-
-
-def _noop() -> None:
-    pass
+from bench.workloads._timers import arm_and_cancel
 
 
 async def run(n: int) -> Sample:
-    loop = asyncio.get_running_loop()
-    call_later = loop.call_later
     # A stride coprime with n visits every slot once: deadlines out of order.
     stride = 7919 if n % 7919 else 7907
     delays = [100.0 + ((i * stride) % n) * (100.0 / n) for i in range(n)]
-    handles = [call_later(d, _noop) for d in delays]
-    await asyncio.sleep(0)
-    for h in handles:
-        h.cancel()
-    await asyncio.sleep(0)
-    fut = loop.create_future()
-    call_later(0.0, fut.set_result, None)
-    await fut
+    await arm_and_cancel(asyncio.get_running_loop(), delays)
     return Sample(n)
 
 
