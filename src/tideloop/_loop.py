@@ -50,8 +50,8 @@ import collections
 from collections.abc import Callable
 
 from ._core.clock import Clock, MonotonicClock
-from ._core.handles import Handle
-from ._core.run import CoreLoop, ReadyQueue, Schedule
+from ._core.handles import Handle, ReadyQueue
+from ._core.run import CoreLoop, Schedule
 from ._fdio.dns import DnsMethods, Resolver
 from ._fdio.registry import FdMethods, FdRegistry
 from ._fdio.sock import SockMethods

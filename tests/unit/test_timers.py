@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tideloop
-from tideloop._core.handles import TimerHandle
+from tideloop._core.handles import ReadyQueue, TimerHandle
 from tideloop._core.timers import TimerQueue
 
 
@@ -46,8 +47,8 @@ def test_pop_due_in_deadline_order() -> None:
     q = TimerQueue()
     for when in (5.0, 1.0, 3.0, 2.0, 4.0):
         make(q, when, when)
-    out: list[TimerHandle] = []
-    q.pop_due(3.5, 3.5, out.append)
+    out: ReadyQueue = collections.deque()
+    q.pop_due(3.5, 3.5, out)
     assert [h.when() for h in out] == [1.0, 2.0, 3.0]
     assert all(not h._scheduled for h in out)
     assert q.next_deadline() == 4.0
@@ -57,10 +58,10 @@ def test_pop_due_in_deadline_order() -> None:
 def test_due_means_strictly_before_end_time() -> None:
     q = TimerQueue()
     make(q, 2.0)
-    out: list[TimerHandle] = []
-    q.pop_due(2.0, 2.0, out.append)
-    assert out == []
-    q.pop_due(2.0 + 1e-9, 2.0 + 1e-9, out.append)
+    out: ReadyQueue = collections.deque()
+    q.pop_due(2.0, 2.0, out)
+    assert not out
+    q.pop_due(2.0 + 1e-9, 2.0 + 1e-9, out)
     assert len(out) == 1
 
 
@@ -81,18 +82,18 @@ def test_cancelled_due_timers_are_not_delivered() -> None:
     live = make(q, 1.0)
     dead = make(q, 1.5)
     dead.cancel()
-    out: list[TimerHandle] = []
-    q.pop_due(2.0, 2.0, out.append)
-    assert out == [live]
+    out: ReadyQueue = collections.deque()
+    q.pop_due(2.0, 2.0, out)
+    assert list(out) == [live]
     assert q.cancelled == 0
 
 
 def test_equal_deadlines_keep_insertion_order() -> None:
     q = TimerQueue()
     handles = [make(q, 7.0, i) for i in range(50)]
-    out: list[TimerHandle] = []
-    q.pop_due(8.0, 8.0, out.append)
-    assert out == handles
+    out: ReadyQueue = collections.deque()
+    q.pop_due(8.0, 8.0, out)
+    assert list(out) == handles
 
 
 def test_clear_unschedules_everything() -> None:
@@ -130,12 +131,12 @@ def test_invariants_under_random_operations(ops: list[tuple[str, float, int]]) -
             expected = min((h.when() for h in model), default=None)
             assert q.next_deadline() == expected
         elif op == "pop":
-            out: list[TimerHandle] = []
-            q.pop_due(value, value, out.append)
+            out: ReadyQueue = collections.deque()
+            q.pop_due(value, value, out)
             due = sorted(
                 (h for h in model if h.when() < value), key=lambda h: (h.when(), h._args[0])
             )
-            assert out == due
+            assert list(out) == due
             model = [h for h in model if h.when() >= value]
         # Invariants after every operation.
         in_heap = [entry[2] for entry in q.heap]

@@ -8,11 +8,19 @@ private attributes the loop reads, and construct faster: asyncio's __init__
 calls ``loop.get_debug()`` (a method call) for every handle, ours reads the
 loop's ``_debug`` flag. That is a sixth of ``call_soon``'s cost, and
 ``call_soon`` is what every task step and future callback goes through.
+For the same reason the loop's ``call_soon`` and ``call_later`` build their
+handles without ``__init__`` (`new_handle_fields` lists what they must set),
+and ``cancel()`` is one frame instead of asyncio's two (five for a timer:
+``cancel``, ``_timer_handle_cancelled``, the queue's count,
+``Handle.cancel``, ``get_debug``), with asyncio's effects.
 
 Invariants:
 - A TimerHandle's ``_scheduled`` is True exactly while it sits in a
   `TimerQueue`; asyncio's ``TimerHandle.cancel()`` reads it to call
   ``loop._timer_handle_cancelled()``, which keeps the cancelled count exact.
+- Every slot asyncio's Handle declares is set before a handle is returned,
+  by ``__init__`` or by the loop's inlined construction (a unit test compares
+  the two).
 - ``_source_traceback`` is set by asyncio's __init__ in debug mode, from the
   frame that constructed the handle; every loop method that creates a handle
   trims its own frames off so the traceback ends at the user's call.
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import collections
 import contextvars
 import sys
 import traceback
@@ -35,12 +44,20 @@ from .native import python_class
 if TYPE_CHECKING:
     from .run import CoreLoop
 
-__all__ = ["THREADSAFE_TRIM", "Handle", "ThreadSafeHandle", "TimerHandle"]
+__all__ = [
+    "THREADSAFE_TRIM",
+    "Handle",
+    "ReadyQueue",
+    "ThreadSafeHandle",
+    "TimerHandle",
+    "new_handle_fields",
+]
 
 
 @python_class
 class Handle(asyncio.Handle):
     __slots__ = ()
+    _loop: CoreLoop
     _callback: Callable[..., object] | None
     _context: contextvars.Context
     _source_traceback: traceback.StackSummary | None
@@ -67,10 +84,22 @@ class Handle(asyncio.Handle):
         # because mypyc compiles no conditional class-body statements.
         return self._context
 
+    def cancel(self) -> None:
+        # asyncio's Handle.cancel, reading the loop's flag instead of calling
+        # get_debug().
+        if not self._cancelled:
+            self._cancelled = True
+            if self._loop._debug:
+                # asyncio keeps the repr, to name the callback in later logs.
+                self._repr = repr(self)
+            self._callback = None
+            self._args = None  # type: ignore[assignment]  # asyncio clears it
+
 
 @python_class
 class TimerHandle(asyncio.TimerHandle):
     __slots__ = ()
+    _loop: CoreLoop
     _callback: Callable[..., object] | None
     _context: contextvars.Context
     _source_traceback: traceback.StackSummary | None
@@ -101,6 +130,39 @@ class TimerHandle(asyncio.TimerHandle):
         # because mypyc compiles no conditional class-body statements.
         return self._context
 
+    def cancel(self) -> None:
+        # asyncio's TimerHandle.cancel and Handle.cancel in one frame. The
+        # loop is told only while the timer is in its queue: that is the
+        # only case its count changes (asyncio.sleep cancels its timer after
+        # it fired, every time).
+        if not self._cancelled:
+            loop = self._loop
+            if self._scheduled:
+                loop._timer_handle_cancelled(self)
+            self._cancelled = True
+            if loop._debug:
+                self._repr = repr(self)
+            self._callback = None
+            self._args = None  # type: ignore[assignment]  # asyncio clears it
+
+
+#: The fields the loop sets when it builds a Handle without ``__init__``
+#: (``object.__new__`` and one store per field, in ``CoreLoop.call_soon``),
+#: and a TimerHandle adds ``_when`` and ``_scheduled``. Checked by a unit test
+#: against what ``__init__`` sets.
+new_handle_fields: Final = (
+    "_context",
+    "_loop",
+    "_callback",
+    "_args",
+    "_cancelled",
+    "_repr",
+    "_source_traceback",
+)
+
+
+#: The ready queue: handles whose callbacks run in the loop's next run phase.
+ReadyQueue = collections.deque[asyncio.Handle]
 
 # Newer Pythons (3.12.8+, 3.13.1+) give call_soon_threadsafe() a handle whose
 # cancel() takes a lock, so a cancel from another thread cannot race the run.

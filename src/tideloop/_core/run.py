@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
-import collections
 import concurrent.futures
 import contextvars
 import numbers
@@ -74,6 +73,7 @@ from collections.abc import (
     Generator,
     Iterator,
 )
+from contextvars import copy_context
 from time import monotonic as _real_time
 from time import sleep as _yield_gil
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
@@ -82,7 +82,7 @@ from . import debug as _debug
 from . import shutdown as _shutdown
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
-from .handles import THREADSAFE_TRIM, Handle, ThreadSafeHandle, TimerHandle
+from .handles import THREADSAFE_TRIM, Handle, ReadyQueue, ThreadSafeHandle, TimerHandle
 from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
 from .native import python_class
 from .timers import TimerQueue
@@ -121,12 +121,12 @@ def trim(stack: list[Any], own: int, others: int = 0) -> None:
         del stack[len(stack) - n :]
 
 
+#: ``object.__new__``: builds a Handle or TimerHandle without its __init__.
+_new_object: Final = object.__new__
+
+
 def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real)
-
-
-#: The ready queue: handles whose callbacks run in the next run phase.
-ReadyQueue = collections.deque[asyncio.Handle]
 
 
 class IoSource(Protocol):
@@ -275,8 +275,19 @@ class CoreLoop(asyncio.AbstractEventLoop):
             handle = Handle(callback, args, self, context)
             if handle._source_traceback:
                 trim(handle._source_traceback, 1)
-        else:
-            handle = Handle(callback, args, self, context)
+            self._ready.append(handle)
+            return handle
+        # Handle.__init__ inlined (every field of handles.new_handle_fields):
+        # no constructor frame on the path every task step and future
+        # callback takes.
+        handle = _new_object(Handle)
+        handle._context = copy_context() if context is None else context
+        handle._loop = self
+        handle._callback = callback
+        handle._args = args
+        handle._cancelled = False
+        handle._repr = None
+        handle._source_traceback = None
         self._ready.append(handle)
         return handle
 
@@ -294,8 +305,23 @@ class CoreLoop(asyncio.AbstractEventLoop):
             raise TypeError("delay must not be None")
         # Typed Any by assignment: typing.cast would be a call per timer.
         d: Any = delay
-        # asyncio's debug checks name call_at() here too.
-        return self._call_at(self._now() + d, callback, args, context)
+        when = self._now() + d
+        if type(when) is not float or self._closed or self._debug:
+            # asyncio's debug checks name call_at() here too.
+            return self._call_at(when, callback, args, context)
+        # The common case, _call_at and TimerHandle.__init__ inlined (every
+        # field of handles.new_handle_fields, and the timer's two).
+        timer = _new_object(TimerHandle)
+        timer._context = copy_context() if context is None else context
+        timer._loop = self
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._repr = None
+        timer._source_traceback = None
+        timer._when = when
+        self._timers.push(timer, when)
+        return timer
 
     def call_at(
         self,
@@ -357,8 +383,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         return self._now()
 
     def _timer_handle_cancelled(self, handle: TimerHandle) -> None:
-        # Called by asyncio's TimerHandle.cancel().
-        self._timers.note_cancelled(handle)
+        # Called by TimerHandle.cancel() (asyncio's and ours): the timer
+        # queue's count, without a further call (TimerQueue.note_cancelled).
+        if handle._scheduled:
+            self._timers.cancelled += 1
 
     def _add_callback(self, handle: asyncio.Handle) -> None:
         if not handle._cancelled:
@@ -379,7 +407,12 @@ class CoreLoop(asyncio.AbstractEventLoop):
         ready = self._ready
         timers = self._timers
 
-        deadline = timers.next_deadline() if timers.heap else None
+        # With no cancelled timer queued the head is live: its deadline is
+        # read here instead of in a call (the common case of every loop
+        # that sleeps or times out).
+        deadline: float | None = None
+        if timers.heap:
+            deadline = timers.next_deadline() if timers.cancelled else timers.heap[0][0]
         timeout: float | None
         if ready or self._stopping:
             timeout = 0.0
@@ -422,12 +455,15 @@ class CoreLoop(asyncio.AbstractEventLoop):
         counters.iterations += 1
         if events:
             self._dispatch(events)
-        if timers.heap:
+        if deadline is not None:
             # On the real clock, the metrics' reading serves (it is at most
             # one zero-timeout poll old: a timer due within it fires on the
-            # next iteration).
+            # next iteration). No timer is due unless the head is: only then
+            # call into the queue.
             now = t if self._now_is_real else self._now()
-            timers.pop_due(now, now + self._clock_resolution, ready.append)
+            end = now + self._clock_resolution
+            if timers.heap[0][0] < end:
+                timers.pop_due(now, end, ready)
 
         if self._timed or self._debug:
             self._run_ready_timed()
@@ -441,16 +477,30 @@ class CoreLoop(asyncio.AbstractEventLoop):
         ntodo = len(ready)
         skipped = 0
         for _ in range(ntodo):
-            handle = popleft()
+            handle: Any = popleft()
             if handle._cancelled:
                 skipped += 1
                 continue
+            # ``context.run(callback, *args)`` builds a list, a tuple and a
+            # bound method per call; with no argument (task steps, fd
+            # readiness) or one (future callbacks) it builds nothing.
+            args = handle._args
             try:
-                handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
+                if not args:
+                    handle._context.run(handle._callback)
+                elif len(args) == 1:
+                    handle._context.run(handle._callback, args[0])
+                else:
+                    handle._context.run(handle._callback, *args)
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException as exc:
                 self.call_exception_handler(callback_error_context(handle, exc, False))
+        # A traceback made in this phase can keep this frame alive (through
+        # the f_back of the frames it holds); the last callback's handle and
+        # arguments must not stay reachable from it, or a future and its
+        # exception would wait for the garbage collector (a cycle).
+        handle = args = None
         counters.callbacks += ntodo - skipped
 
     def _slow_phase(self) -> None:

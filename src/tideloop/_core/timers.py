@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
 from typing import Final
 
-from .handles import TimerHandle
+from .handles import ReadyQueue, TimerHandle
 from .metrics import LAG_BOUNDS, Counters
 
 #: asyncio's compaction thresholds (base_events._MIN_SCHEDULED_TIMER_HANDLES, ...).
@@ -85,8 +85,8 @@ class TimerQueue:
                 self.cancelled -= 1
         return heap[0][0] if heap else None
 
-    def pop_due(self, now: float, end_time: float, append: Callable[[TimerHandle], None]) -> None:
-        """Move every timer with a deadline before *end_time* to *append*.
+    def pop_due(self, now: float, end_time: float, ready: ReadyQueue) -> None:
+        """Move every timer with a deadline before *end_time* to *ready*.
 
         *now* is the loop's time: each timer's lag (*now* minus its deadline)
         goes to the metrics' histogram.
@@ -94,6 +94,9 @@ class TimerQueue:
         heap = self.heap
         counters = self._counters
         lag_counts = counters.lag_counts
+        append = ready.append
+        lag_sum = 0.0
+        max_lag = counters.max_lag
         while heap and heap[0][0] < end_time:
             when, _, handle = heappop(heap)
             handle._scheduled = False
@@ -104,10 +107,13 @@ class TimerQueue:
                 lag = now - when
                 if lag < 0.0:  # noqa: PLR1730 (due within the clock's resolution)
                     lag = 0.0
-                counters.lag_sum += lag
-                if lag > counters.max_lag:  # noqa: PLR1730 (no builtin call per timer)
-                    counters.max_lag = lag
+                lag_sum += lag
+                if lag > max_lag:  # noqa: PLR1730 (no builtin call per timer)
+                    max_lag = lag
                 lag_counts[bisect_left(LAG_BOUNDS, lag)] += 1
+        # The loop's thread only: written once per call, not per timer.
+        counters.lag_sum += lag_sum
+        counters.max_lag = max_lag
 
     def clear(self) -> None:
         for entry in self.heap:

@@ -50,9 +50,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVarTuple, Unpack
 
-from tideloop._core.handles import Handle
+from tideloop._core.handles import Handle, ReadyQueue
 from tideloop._core.native import python_class
-from tideloop._core.run import CoreLoop, ReadyQueue
+from tideloop._core.run import CoreLoop
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
 
 _Ts = TypeVarTuple("_Ts")

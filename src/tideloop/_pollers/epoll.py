@@ -12,8 +12,11 @@ Layer: pollers. Facts that shape this module:
   the registry ignores events for fds it does not know.
 - Regular files cannot be registered (EPERM); that error reaches the caller,
   as it does with asyncio's EpollSelector.
-- ``select.epoll.poll`` rounds its timeout up to whole milliseconds and
-  retries on EINTR itself (PEP 475), running Python signal handlers first.
+- ``select.epoll.poll`` takes the timeout in seconds, ``None`` for "block",
+  rounds it up to whole milliseconds (never wakes early) and retries on
+  EINTR itself (PEP 475), running Python signal handlers first. That is
+  exactly the interface's ``poll``, so ``poll`` *is* that builtin, bound:
+  the loop calls it once per iteration with no Python frame in between.
 - Level-triggered mode: a ready fd keeps being reported until drained, which
   is what asyncio's reader/writer semantics assume.
 """
@@ -22,16 +25,20 @@ from __future__ import annotations
 
 import select
 import sys
+from collections.abc import Callable
 
 # mypy checks the class on Linux only, where select.epoll exists.
 if sys.platform == "linux":
 
     class EpollPoller:
-        __slots__ = ("_ep", "name")
+        __slots__ = ("_ep", "name", "poll")
 
         def __init__(self) -> None:
             self.name = "epoll"
-            self._ep = select.epoll()
+            self._ep = ep = select.epoll()
+            # maxevents keeps its default (FD_SETSIZE - 1 events per call);
+            # more ready fds are reported by the next call (level-triggered).
+            self.poll: Callable[[float | None], list[tuple[int, int]]] = ep.poll
 
         def fileno(self) -> int:
             return self._ep.fileno()
@@ -47,12 +54,6 @@ if sys.platform == "linux":
                 self._ep.unregister(fd)
             except OSError:
                 pass  # already closed: the kernel dropped it (see module docstring)
-
-        def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-            # A timeout of -1 blocks until an fd is ready. maxevents keeps its
-            # default (FD_SETSIZE - 1 events per call); more ready fds are
-            # reported by the next call (level-triggered).
-            return self._ep.poll(-1 if timeout is None else timeout)
 
         def close(self) -> None:
             self._ep.close()

@@ -73,7 +73,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from tideloop._core.clock import PollFn, WaitFn
-from tideloop._core.run import ReadyQueue
+from tideloop._core.handles import ReadyQueue
 
 #: Defaults of the model's knobs (see the module docstring).
 DEFER_PROBABILITY: Final = 0.25
