@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -139,7 +140,9 @@ def test_invariants_under_random_operations(ops: list[tuple[str, float, int]]) -
             assert list(out) == due
             model = [h for h in model if h.when() >= value]
         # Invariants after every operation.
-        in_heap = [entry[2] for entry in q.heap]
+        in_heap = q.handles()
+        assert len(q) == len(in_heap)
+        assert sorted(q.heap) == sorted(q.buckets)
         assert all(h._scheduled for h in in_heap)
         assert q.cancelled == sum(1 for h in in_heap if h.cancelled())
         assert {id(h) for h in model} <= {id(h) for h in in_heap}
@@ -153,3 +156,67 @@ def test_loop_timers_use_the_queue(loop: asyncio.AbstractEventLoop) -> None:
     t2.cancel()
     assert loop._timers.next_deadline() == t1.when()
     t1.cancel()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["push", "push", "cancel", "deadline", "pop"]),
+            # Few distinct deadlines: most pushes share a bucket.
+            st.sampled_from([1.0, 2.0, 3.0, 5.0]),
+            st.integers(min_value=0, max_value=10_000),
+        ),
+        max_size=300,
+    ),
+    st.integers(min_value=0, max_value=2**32),
+)
+def test_keyed_queue_orders_equal_deadlines_by_key(
+    ops: list[tuple[str, float, int]], seed: int
+) -> None:
+    """With a Schedule's keys, equal deadlines fire in key order: the order a
+    ``(when, key)`` heap gives, so seeded replays do not depend on the layout."""
+    rng = random.Random(seed)
+    drawn: list[int] = []
+
+    def keys() -> Iterator[int]:
+        while True:
+            key = rng.getrandbits(62)
+            drawn.append(key)
+            yield key
+
+    q = TimerQueue(keys())
+    model: list[tuple[float, int, TimerHandle]] = []
+    for op, value, index in ops:
+        if op == "push":
+            handle = make(q, value)
+            model.append((value, drawn[-1], handle))
+        elif op == "cancel" and model:
+            model.pop(index % len(model))[2].cancel()
+        elif op == "deadline":
+            assert q.next_deadline() == min((m[0] for m in model), default=None)
+        elif op == "pop":
+            out: ReadyQueue = collections.deque()
+            q.pop_due(value, value, out)
+            due = sorted((m for m in model if m[0] < value), key=lambda m: (m[0], m[1]))
+            assert list(out) == [m[2] for m in due]
+            model = [m for m in model if m[0] >= value]
+        assert len(q) == len(q.handles())
+        assert sorted(q.heap) == sorted(q.buckets) == sorted(q._tiekeys)
+        for when, entry in q.buckets.items():
+            bucket = entry if isinstance(entry, list) else [entry]
+            assert len(q._tiekeys[when]) == len(bucket)
+            assert q._tiekeys[when] == sorted(q._tiekeys[when])
+
+
+def test_compaction_keeps_live_timers_of_shared_deadlines() -> None:
+    q = TimerQueue()
+    shared = [make(q, 7.0, i) for i in range(150)]
+    for handle in shared[:120]:
+        handle.cancel()
+    assert q.next_deadline() == 7.0  # compacts: 120 of 150 cancelled
+    assert q.cancelled == 0 and len(q) == 30
+    assert all(not h._scheduled for h in shared[:120])
+    out: ReadyQueue = collections.deque()
+    q.pop_due(8.0, 8.0, out)
+    assert list(out) == shared[120:]  # scheduling order survives compaction

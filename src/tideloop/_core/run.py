@@ -412,7 +412,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # that sleeps or times out).
         deadline: float | None = None
         if timers.heap:
-            deadline = timers.next_deadline() if timers.cancelled else timers.heap[0][0]
+            deadline = timers.next_deadline() if timers.cancelled else timers.heap[0]
         timeout: float | None
         if ready or self._stopping:
             timeout = 0.0
@@ -462,7 +462,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             # call into the queue.
             now = t if self._now_is_real else self._now()
             end = now + self._clock_resolution
-            if timers.heap[0][0] < end:
+            if timers.heap[0] < end:
                 timers.pop_due(now, end, ready)
 
         if self._timed or self._debug:
@@ -745,7 +745,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             busy_time=busy,
             idle_time=idle,
             ready=len(self._ready),
-            timers=len(timers.heap) - timers.cancelled,
+            timers=timers.size - timers.cancelled,
             fds=0 if self._closed else self._io.registrations(),
             executor_pending=self._executor_jobs,
             max_lag=max_lag,
