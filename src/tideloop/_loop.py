@@ -114,7 +114,9 @@ class Loop(
             fds.close()
             raise
         self._fds = fds
-        fds.add_internal_reader(self._waker.fileno(), Handle(self._waker.drain, (), self, None))
+        fds.add_internal_reader(
+            self._waker.fileno(), Handle(self._waker.drain, (), self, None), wake_only=True
+        )
         self._resolver = Resolver(self)
         self._signals = SignalWatcher(self, fds)
         self._own(self._signals)

@@ -303,3 +303,80 @@ def test_handles_have_get_context_on_every_python(loop: asyncio.AbstractEventLoo
     default = loop.call_soon(print)
     assert isinstance(default.get_context(), contextvars.Context)
     default.cancel()
+
+
+# A loop that never runs out of ready callbacks polls with a zero timeout on
+# every iteration; tideloop skips that poll while only its waker is
+# registered. Whatever else is registered (an fd, the signal pipe) must still
+# be seen while the loop is busy, and other threads' callbacks must run.
+
+
+def _spin_until(loop: asyncio.AbstractEventLoop, done: list[object], limit: int = 100_000) -> int:
+    """Keep the ready queue non-empty (a call_soon chain) until *done* fills up."""
+    spins = 0
+
+    def spin() -> None:
+        nonlocal spins
+        spins += 1
+        if done or spins >= limit:
+            loop.stop()
+        else:
+            loop.call_soon(spin)
+
+    loop.call_soon(spin)
+    loop.run_forever()
+    return spins
+
+
+def test_busy_loop_still_sees_fd_readiness(loop: asyncio.AbstractEventLoop) -> None:
+    import socket
+
+    a, b = socket.socketpair()
+    with a, b:
+        got: list[object] = []
+        loop.add_reader(a, lambda: got.append(a.recv(10)))
+        b.send(b"ping")
+        spins = _spin_until(loop, got)
+        loop.remove_reader(a)
+    assert got == [b"ping"]
+    assert spins < 10  # seen within an iteration or two, not after the chain gave up
+
+
+def test_busy_loop_still_runs_threadsafe_callbacks(loop: asyncio.AbstractEventLoop) -> None:
+    import threading
+
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: loop.call_soon_threadsafe(got.append, "from thread"))
+    loop.call_soon(thread.start)
+    spins = _spin_until(loop, got, limit=10_000_000)
+    thread.join()
+    assert got == ["from thread"] and spins < 10_000_000
+
+
+def test_busy_loop_still_handles_signals(loop: asyncio.AbstractEventLoop) -> None:
+    import os
+    import signal
+
+    got: list[object] = []
+    loop.add_signal_handler(signal.SIGUSR1, got.append, "usr1")
+    try:
+        loop.call_soon(os.kill, os.getpid(), signal.SIGUSR1)
+        spins = _spin_until(loop, got)
+    finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
+    assert got == ["usr1"] and spins < 100_000
+
+
+def test_busy_loop_then_idle_loop_wakes_for_a_thread(loop: asyncio.AbstractEventLoop) -> None:
+    """Wakes coalesced while busy are not lost: the idle loop still wakes up."""
+    import threading
+
+    loop.call_soon_threadsafe(lambda: None)  # leaves the waker pending on tideloop
+    _spin_until(loop, [], limit=50)
+    fut: asyncio.Future[str] = loop.create_future()
+    timer = threading.Timer(0.05, loop.call_soon_threadsafe, (fut.set_result, "woke"))
+    timer.start()
+    # Nothing else is scheduled: the loop blocks in its poller until the
+    # thread's wake (a lost wake would time out here).
+    assert loop.run_until_complete(asyncio.wait_for(fut, 5)) == "woke"
+    timer.join()

@@ -75,6 +75,7 @@ def test_poll_timeout_zero_when_ready_or_stopping(
     env: tuple[tideloop.Loop, FakePoller, ManualClock],
 ) -> None:
     loop, poller, _ = env
+    add_reader(loop, 50, print)  # an fd to poll for: zero-timeout polls are not skipped
     loop.call_later(100, lambda: None)
     loop.call_soon(lambda: None)
     loop.call_soon(loop.stop)
@@ -84,6 +85,7 @@ def test_poll_timeout_zero_when_ready_or_stopping(
     loop.stop()
     loop.run_forever()
     assert poller.timeouts == [0.0]
+    loop.remove_reader(50)
 
 
 def test_poll_timeout_capped_at_one_day(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
@@ -110,9 +112,56 @@ def test_past_deadline_gives_zero_timeout(
     env: tuple[tideloop.Loop, FakePoller, ManualClock],
 ) -> None:
     loop, poller, _ = env
+    add_reader(loop, 50, print)  # an fd to poll for: zero-timeout polls are not skipped
     loop.call_at(loop.time() - 10, loop.stop)
     loop.run_forever()
     assert poller.timeouts == [0.0]
+    loop.remove_reader(50)
+
+
+def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    """A poll that may not block is a syscall that could only report the waker."""
+    loop, poller, _ = env
+    assert loop._fds.polled == 0
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == []
+    # Any fd of its own (a reader, a writer, the signal pipe) is polled for.
+    add_reader(loop, 50, print)
+    assert loop._fds.polled == 1
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == [0.0]
+    add_writer(loop, 50, print)
+    assert loop._fds.polled == 1  # one fd, both directions
+    loop.remove_reader(50)
+    loop.remove_writer(50)
+    assert loop._fds.polled == 0
+    poller.timeouts.clear()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == []
+    # A poll that may block still happens (the loop must sleep somewhere).
+    loop.call_later(5, loop.stop)
+    loop.run_forever()
+    assert poller.timeouts == [5.0]
+
+
+def test_failed_registration_is_not_counted(
+    env: tuple[tideloop.Loop, FakePoller, ManualClock],
+) -> None:
+    loop, poller, _ = env
+    poller.fail_next = OSError(9, "Bad file descriptor")
+    with pytest.raises(OSError):
+        loop.add_reader(60, print)
+    assert loop._fds.polled == 0
+    add_reader(loop, 60, print)
+    poller.fail_next = OSError(9, "Bad file descriptor")
+    with pytest.raises(OSError):
+        loop.add_writer(60, print)  # a refused modify drops the fd entirely
+    assert loop._fds.polled == 0 and 60 not in loop._fds.readers
 
 
 def test_clock_resolution_rule() -> None:
@@ -293,11 +342,19 @@ def test_call_soon_threadsafe_wakes_once_per_batch(
     waker_fd = loop._waker.fileno()
     for _ in range(100):
         loop.call_soon_threadsafe(lambda: None)
-    # Coalesced: the waker is pending once; the poll reports it readable.
+    # Coalesced: the waker is pending once.
     assert loop._waker._pending
-    poller.scripted.append([(waker_fd, READ)])
     loop.call_soon(loop.stop)
     loop.run_forever()
+    # The busy iteration did not poll (only the waker is registered): the
+    # callbacks ran from the ready queue and the waker is still pending, so
+    # no other thread writes it again.
+    assert poller.timeouts == [] and loop._waker._pending
+    # The next poll that may block reports it readable, and it is drained.
+    poller.scripted.append([(waker_fd, READ)])
+    loop.call_later(5, loop.stop)
+    loop.run_forever()
+    assert poller.timeouts[0] == 5.0
     assert not loop._waker._pending
 
 

@@ -39,6 +39,11 @@ Invariants:
   methods can refuse to touch an fd a transport owns (asyncio's rule).
 - ``_internal`` holds the fds the loop's own components registered (the
   waker, the signal pipe, child pidfds); `user_fds` is everything else.
+- ``polled`` is the number of registered fds (``_masks``) that are not in
+  ``_wake_only``: the fds whose readiness carries an event of its own.
+  ``_wake_only`` holds the loop's waker, whose readiness only means "the
+  ready queue grew", which the core sees without polling. The core skips
+  a zero-timeout poll when ``polled`` is 0 (see ``CoreLoop._run_once``).
 - ``fileobjs`` has an entry only for a registered fd, and only if its
   registration was made through ``add_*`` with an object rather than an int.
 """
@@ -81,9 +86,11 @@ class FdRegistry:
         "_masks",
         "_poller",
         "_ready",
+        "_wake_only",
         "closed",
         "fileobjs",
         "poll",
+        "polled",
         "readers",
         "transports",
         "writers",
@@ -98,6 +105,9 @@ class FdRegistry:
         self.writers: dict[int, asyncio.Handle] = {}
         self._masks: dict[int, int] = {}
         self._internal: set[int] = set()
+        self._wake_only: set[int] = set()
+        #: Registered fds whose events the core must poll for (see the invariants).
+        self.polled = 0
         #: The objects `FdMethods.add_reader`/`add_writer` were given, by fd.
         self.fileobjs: dict[int, object] = {}
         self.transports: weakref.WeakValueDictionary[int, asyncio.BaseTransport] = (
@@ -143,6 +153,8 @@ class FdRegistry:
         poller = self._poller
         if not want:
             del self._masks[fd]
+            if fd not in self._wake_only:
+                self.polled -= 1
             if self.fileobjs:
                 self.fileobjs.pop(fd, None)
             poller.unregister(fd)
@@ -158,8 +170,12 @@ class FdRegistry:
             self.fileobjs.pop(fd, None)
             if have:
                 del self._masks[fd]
+                if fd not in self._wake_only:
+                    self.polled -= 1
                 poller.unregister(fd)
             raise
+        if not have and fd not in self._wake_only:
+            self.polled += 1
         self._masks[fd] = want
 
     # ------------------------------------------------------------------
@@ -229,14 +245,27 @@ class FdRegistry:
     # ------------------------------------------------------------------
     # The loop's own fds
 
-    def add_internal_reader(self, fd: int, handle: asyncio.Handle) -> None:
-        """Register a reader for an fd the loop itself owns (waker, signal pipe, ...)."""
-        self.set_reader(fd, handle)
+    def add_internal_reader(
+        self, fd: int, handle: asyncio.Handle, *, wake_only: bool = False
+    ) -> None:
+        """Register a reader for an fd the loop itself owns (waker, signal pipe, ...).
+
+        *wake_only*: the fd's readiness means nothing but "wake up" (the
+        waker), so it does not count in ``polled``.
+        """
+        if wake_only:
+            self._wake_only.add(fd)
+        try:
+            self.set_reader(fd, handle)
+        except BaseException:
+            self._wake_only.discard(fd)
+            raise
         self._internal.add(fd)
 
     def remove_internal_reader(self, fd: int) -> None:
         self._internal.discard(fd)
         self.remove_reader(fd)
+        self._wake_only.discard(fd)
 
     def registrations(self) -> int:
         """Readers plus writers registered now, the loop's own included."""
@@ -284,6 +313,8 @@ class FdRegistry:
         self.fileobjs.clear()
         self._masks.clear()
         self._internal.clear()
+        self._wake_only.clear()
+        self.polled = 0
         self._poller.close()
 
 
