@@ -802,13 +802,17 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def create_task(
         self, coro: Coroutine[Any, Any, _T] | Generator[Any, None, _T], **kwargs: Any
     ) -> asyncio.Task[_T]:
-        self._check_closed()
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
         factory = self._task_factory
         task: asyncio.Task[_T]
         # Typed Any by assignment (typeshed's Task() takes coroutines only on
         # 3.12+); typing.cast would be a call per task.
         c: Any = coro
-        if _CREATE_TASK_KWARGS:
+        if factory is None and not kwargs:
+            # The common case: no name, context or factory to consider.
+            task = asyncio.Task(c, loop=self)
+        elif _CREATE_TASK_KWARGS:
             # 3.14 semantics: every keyword goes to the factory or to Task.
             if factory is not None:
                 task = factory(self, coro, **kwargs)
