@@ -1,0 +1,243 @@
+"""The README's benchmark table, generated from one results JSON.
+
+    python -m bench.markdown bench/results/2026-11-24-vm.json
+
+Prints, for a run with the four loops (asyncio, uvloop, tideloop,
+tideloop-compiled): a line that says when, where and how the run was made;
+a Markdown table with every case (throughput per loop, the ratios, server
+CPU per operation, and memory per connection where measured); then the
+summary the README quotes: ratio ranges and medians by kind of row, the
+rows that meet the performance issue's targets, and the run-to-run spread
+(max - min over median of each loop's repeats). Nothing is selected by hand:
+the published table is this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# The README's typography: a multiplication sign and an en dash.
+TIMES = "\u00d7"
+DASH = "\u2013"
+
+LOOPS = ("asyncio", "uvloop", "tideloop", "tideloop-compiled")
+
+#: Row titles by workload; "{size}" and "{conns}" come from the case's params.
+TITLES: dict[str, str] = {
+    "tcp_echo_protocol": "TCP echo, `Protocol`, {size} {times} {conns}",
+    "tcp_echo_buffered": "TCP echo, `BufferedProtocol`, {size} {times} {conns}",
+    "tcp_echo_streams": "TCP echo, streams, {size} {times} {conns}",
+    "tcp_echo_scale": "TCP echo, {size}, {conns} conns (scale)",
+    "unix_echo": "Unix echo, `Protocol`, {size} {times} {conns}",
+    "http_minimal": "HTTP hello, minimal protocol, `wrk` {times} {conns}",
+    "http_aiohttp": "HTTP hello, aiohttp, `wrk` {times} {conns}",
+    "https_minimal": "HTTPS hello, minimal protocol, `wrk` {times} {conns}",
+    "tls_echo_protocol": "TLS echo, `Protocol`, {size} {times} {conns}",
+    "udp_pingpong": "UDP ping-pong, 64 B, 10 in flight (datagrams/s)",
+    "subprocess_spawn": "subprocess spawn + communicate (processes/s)",
+    "call_soon": "`call_soon` (callbacks/s)",
+    "call_later_cancel": "`call_later` + cancel churn (timers/s)",
+    "timers_pending": "{timers} timers pending: arm + cancel (timers/s)",
+    "sleep0": "one `sleep(0)` round (rounds/s)",
+    "task_create": "task create + await (tasks/s)",
+    "sleeping_tasks": "100k tasks sleeping and waking (wakeups/s)",
+    "threadsafe": "`call_soon_threadsafe` from threads (callbacks/s)",
+}
+
+#: Primitive workloads that are I/O rows in the issue's sense.
+IO_PRIMITIVES = ("udp_pingpong",)
+#: Neither I/O nor a scheduling primitive: reported on its own.
+OTHER = ("subprocess_spawn",)
+
+
+def kind(case: dict[str, Any]) -> str:
+    if case["workload"] in OTHER:
+        return "other"
+    if case["kind"] != "primitive" or case["workload"] in IO_PRIMITIVES:
+        return "io"
+    return "primitive"
+
+
+def ordered(cases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """I/O rows, then the others, then primitives; the run's order within each.
+
+    Primitive workloads that are I/O rows (UDP) go last among the I/O rows.
+    """
+    rank = {"io": 0, "other": 1, "primitive": 2}
+    return sorted(cases, key=lambda c: (rank[kind(c)], c["kind"] == "primitive"))
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes // 1024} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
+def title(case: dict[str, Any]) -> str:
+    params = case["params"]
+    fmt = TITLES.get(case["workload"], case["id"])
+    return fmt.format(
+        size=_size(params.get("size", 0)),
+        conns=f"{params.get('conns', 0):,}",
+        timers=f"{params.get('timers', 0):,}",
+        times=TIMES,
+    )
+
+
+def runs_of(case: dict[str, Any], loop: str) -> list[dict[str, Any]]:
+    return [r for r in case["runs"] if r["loop"] == loop and r.get("status") == "ok"]
+
+
+def median_of(case: dict[str, Any], loop: str, key: str) -> float | None:
+    values = [r[key] for r in runs_of(case, loop) if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def cpu_per_op(case: dict[str, Any], loop: str) -> float | None:
+    values = [
+        r["cpu_user_us_per_op"] + r["cpu_sys_us_per_op"]
+        for r in runs_of(case, loop)
+        if r.get("cpu_user_us_per_op") is not None
+    ]
+    return statistics.median(values) if values else None
+
+
+def spread(case: dict[str, Any], loop: str) -> float | None:
+    values = [r["ops_per_s"] for r in runs_of(case, loop)]
+    if len(values) < 2:
+        return None
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def _num(v: float | None) -> str:
+    return DASH if v is None else f"{v:,.0f}"
+
+
+def _cpu(v: float | None) -> str:
+    if v is None:
+        return DASH
+    return f"{v:.2g}" if v < 1 else (f"{v:.1f}" if v < 100 else f"{v:.0f}")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or not b else a / b
+
+
+def _x(v: float | None) -> str:
+    return DASH if v is None else f"{v:.2f}x"
+
+
+def header(doc: dict[str, Any]) -> str:
+    m = doc["machine"]
+    versions = doc["config"].get("loop_versions", {})
+    uv = versions.get("uvloop", {}).get("version", "?")
+    return (
+        f"Run {doc['created'][:16].replace('T', ' ')}{DASH}{doc['finished'][11:16]} UTC, "
+        f"{m['cpu_model']} ({m['cpus']} CPUs), Linux {m['kernel'].split('-')[0]}, "
+        f"CPython {m['python']}, uvloop {uv}, tideloop at commit {m['git_commit']}, "
+        f"`{doc['command']}`"
+    )
+
+
+def table(cases: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| workload | stdlib | uvloop | tideloop | compiled | tideloop vs stdlib"
+        " | vs uvloop | compiled vs uvloop | CPU µs/op |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for case in cases:
+        ops = {loop: median_of(case, loop, "ops_per_s") for loop in LOOPS}
+        cpu = " / ".join(_cpu(cpu_per_op(case, loop)) for loop in LOOPS)
+        mem = [median_of(case, loop, "rss_per_conn_kib") for loop in LOOPS]
+        if case["workload"] == "tcp_echo_scale" and all(v is not None for v in mem):
+            cpu += " · mem/conn KiB " + " / ".join(f"{v:.1f}" for v in mem if v is not None)
+        lines.append(
+            f"| {title(case)} | {_num(ops['asyncio'])} | {_num(ops['uvloop'])} "
+            f"| {_num(ops['tideloop'])} | {_num(ops['tideloop-compiled'])} "
+            f"| {_x(_ratio(ops['tideloop'], ops['asyncio']))} "
+            f"| {_x(_ratio(ops['tideloop'], ops['uvloop']))} "
+            f"| {_x(_ratio(ops['tideloop-compiled'], ops['uvloop']))} | {cpu} |"
+        )
+    return "\n".join(lines)
+
+
+def _range(values: Sequence[float]) -> str:
+    if not values:
+        return DASH
+    return f"{min(values):.2f}{DASH}{max(values):.2f}x, median {statistics.median(values):.2f}x"
+
+
+def summary(cases: Sequence[dict[str, Any]]) -> str:
+    out: list[str] = []
+
+    def ratios(group: str, loop: str, base: str) -> list[float]:
+        result = []
+        for case in cases:
+            if kind(case) != group:
+                continue
+            r = _ratio(median_of(case, loop, "ops_per_s"), median_of(case, base, "ops_per_s"))
+            if r is not None:
+                result.append(r)
+        return result
+
+    io = [c for c in cases if kind(c) == "io"]
+    prim = [c for c in cases if kind(c) == "primitive"]
+    out.append(f"I/O rows ({len(io)}):")
+    out.append(f"  tideloop vs uvloop   {_range(ratios('io', 'tideloop', 'uvloop'))}")
+    out.append(f"  tideloop vs stdlib   {_range(ratios('io', 'tideloop', 'asyncio'))}")
+    out.append(f"  compiled vs uvloop   {_range(ratios('io', 'tideloop-compiled', 'uvloop'))}")
+    out.append(f"  compiled vs tideloop {_range(ratios('io', 'tideloop-compiled', 'tideloop'))}")
+    out.append(f"Primitive rows ({len(prim)}):")
+    out.append(f"  tideloop vs stdlib   {_range(ratios('primitive', 'tideloop', 'asyncio'))}")
+    out.append(f"  tideloop vs uvloop   {_range(ratios('primitive', 'tideloop', 'uvloop'))}")
+    out.append(
+        f"  compiled vs uvloop   {_range(ratios('primitive', 'tideloop-compiled', 'uvloop'))}"
+    )
+    out.append(
+        f"  compiled vs tideloop {_range(ratios('primitive', 'tideloop-compiled', 'tideloop'))}"
+    )
+
+    def meets(group: list[dict[str, Any]], loop: str, base: str, target: float) -> str:
+        met = []
+        missed = []
+        for case in group:
+            r = _ratio(median_of(case, loop, "ops_per_s"), median_of(case, base, "ops_per_s"))
+            (met if r is not None and r >= target else missed).append(f"{case['id']} {_x(r)}")
+        return f"{len(met)}/{len(group)} rows; missed: " + ("; ".join(missed) or "none")
+
+    out.append("Targets:")
+    out.append(f"  I/O, tideloop >= 1.0x uvloop:        {meets(io, 'tideloop', 'uvloop', 1.0)}")
+    out.append(f"  primitives, tideloop >= 1.5x stdlib: {meets(prim, 'tideloop', 'asyncio', 1.5)}")
+    out.append(
+        f"  I/O, compiled >= 1.05x uvloop:       {meets(io, 'tideloop-compiled', 'uvloop', 1.05)}"
+    )
+    out.append(
+        f"  primitives, compiled >= 0.8x uvloop: {meets(prim, 'tideloop-compiled', 'uvloop', 0.8)}"
+    )
+    spreads = [s for c in cases for loop in LOOPS if (s := spread(c, loop)) is not None]
+    if spreads:
+        out.append(
+            f"Run-to-run spread (max - min over median, per loop and case): "
+            f"median {statistics.median(spreads):.0%}, worst {max(spreads):.0%}"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.markdown", description=__doc__)
+    parser.add_argument("results", type=Path, help="a results JSON written by python -m bench")
+    args = parser.parse_args(argv)
+    doc = json.loads(args.results.read_text())
+    cases = ordered(doc["cases"])
+    print(header(doc))
+    print()
+    print(table(cases))
+    print()
+    print(summary(cases))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Where a loop's time goes: call counts per operation, and cProfile of a server under load.
+
+Not a benchmark (profilers change what they measure): these tools explain
+the numbers ``python -m bench`` reports. Two modes:
+
+``calls WORKLOAD [--loop L] [-n N]``
+    Runs a primitive workload once under ``sys.setprofile`` and prints the
+    Python and C calls per operation, by function. On CPython 3.11+ a
+    Python call costs about as much as ten simple bytecodes, so the call
+    count per operation is a cost model that needs no timer.
+
+``server WORKLOAD [--loop L] [--size B] [--conns C] [--seconds S]``
+    Runs an echo workload's server in this process under cProfile while the
+    C echo client (``bench/clients/echo_client.c``, pinned to the other CPU)
+    drives it, then prints the functions by own time, with the time per
+    message. cProfile makes every call dearer, so compare functions with
+    each other, not with the benchmark's absolute numbers.
+
+    python -m bench.profile calls sleep0 --loop tideloop
+    python -m bench.profile server unix_echo --loop tideloop --conns 10
+
+For kernel versus user time, ``perf record -e cpu-clock`` on the server
+process works here (no hardware counters in this VM); on Python 3.12+
+``python -X perf`` names Python functions in perf's reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+from types import FrameType
+from typing import Any
+
+from bench import loops
+from bench.api import Primitive, Server
+from bench.workloads import get
+
+
+def count_calls(workload: Primitive, loop_name: str, n: int, top: int) -> None:
+    factory = loops.factory(loop_name)
+    counts: collections.Counter[str] = collections.Counter()
+
+    def profiler(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+            counts[f"py {getattr(code, 'co_qualname', code.co_name)} ({where})"] += 1
+        elif event == "c_call":
+            counts[f"c  {getattr(arg, '__qualname__', arg)}"] += 1
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(workload.run(max(1, n // 10)))  # warm-up: imports, caches
+        sys.setprofile(profiler)
+        try:
+            sample = runner.run(workload.run(n))
+        finally:
+            sys.setprofile(None)
+    ops = sample.ops
+    py = sum(v for k, v in counts.items() if k.startswith("py"))
+    c = sum(v for k, v in counts.items() if k.startswith("c "))
+    print(
+        f"{workload.name} on {loop_name}: {py / ops:.2f} Python calls/op, {c / ops:.2f} C calls/op"
+    )
+    for name, v in counts.most_common(top):
+        if v / ops >= 0.01:
+            print(f"  {v / ops:7.2f}  {name}")
+
+
+def profile_server(
+    workload: Server, loop_name: str, *, size: int, conns: int, seconds: float, top: int
+) -> None:
+    from bench.clients import build
+
+    if workload.client != "echo":
+        raise SystemExit(f"{workload.name}: only echo workloads (the C echo client) are supported")
+    client = build.echo_client()
+    pin = ["taskset", "-c", "1"] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+    result: list[str] = []
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="tideloop-profile-") as tmp:
+            address: Any = (
+                os.path.join(tmp, "s.sock") if workload.family == "unix" else ("127.0.0.1", 0)
+            )
+            server: Any = await workload.start(address, {"size": size, "conns": conns})
+            bound = server.sockets[0].getsockname()
+            target = ["unix", bound] if isinstance(bound, str) else ["tcp", *map(str, bound[:2])]
+            # No warm-up: the profile covers the whole run, and so do the counts.
+            args = [*target, str(conns), str(size), "0", str(seconds)]
+            proc = await asyncio.create_subprocess_exec(
+                *pin, str(client), *args, stdout=subprocess.PIPE
+            )
+            out, _ = await proc.communicate()
+            server.close()
+            await server.wait_closed()
+            result.extend(out.decode().splitlines())
+
+    profiler = cProfile.Profile()
+    with asyncio.Runner(loop_factory=loops.factory(loop_name)) as runner:
+        profiler.enable()
+        runner.run(main())
+        profiler.disable()
+    stats = json.loads(next(line for line in result if line.startswith("{")))
+    messages = int(stats["messages"])
+    print(f"{workload.name} on {loop_name}, {size} B x {conns}: {messages:,} messages")
+    raw: Any = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
+    rows = sorted(raw.items(), key=lambda item: -item[1][2])[:top]
+    print(f"  {'own us/msg':>10}  {'calls/msg':>9}  function")
+    for (filename, line, name), (_, ncalls, tottime, _, _) in rows:
+        where = name if filename == "~" else f"{name} ({os.path.basename(filename)}:{line})"
+        print(f"  {tottime / messages * 1e6:10.3f}  {ncalls / messages:9.3f}  {where}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("mode", choices=("calls", "server"))
+    parser.add_argument("workload")
+    parser.add_argument("--loop", default="tideloop")
+    parser.add_argument("-n", type=int, default=20_000, help="operations (calls mode)")
+    parser.add_argument("--size", type=int, default=1024, help="message size (server mode)")
+    parser.add_argument("--conns", type=int, default=100, help="connections (server mode)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured time (server mode)")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    if args.loop == "tideloop-compiled":
+        loops.build_compiled()
+    workload = get(args.workload)
+    if args.mode == "calls":
+        if not isinstance(workload, Primitive):
+            raise SystemExit(f"{args.workload} is not a primitive workload")
+        count_calls(workload, args.loop, args.n, args.top)
+    else:
+        if not isinstance(workload, Server):
+            raise SystemExit(f"{args.workload} is not a server workload")
+        profile_server(
+            workload,
+            args.loop,
+            size=args.size,
+            conns=args.conns,
+            seconds=args.seconds,
+            top=args.top,
+        )
+
+
+if __name__ == "__main__":
+    main()

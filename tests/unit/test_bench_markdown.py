@@ -1,0 +1,69 @@
+"""The README's benchmark table is what bench.markdown makes of the run it names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+markdown = pytest.importorskip("bench.markdown", reason="run from the repository root")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_table_is_generated_from_the_published_run() -> None:
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"Raw data:\s*\[`(bench/results/[^`]+\.json)`\]", readme)
+    assert match, "the README names the run its table comes from"
+    doc = json.loads((ROOT / match.group(1)).read_text())
+    cases = markdown.ordered(doc["cases"])
+    assert markdown.table(cases) in readme
+    assert f"at commit {doc['machine']['git_commit']}" in readme
+
+
+def _case(workload: str, kind: str, ops: dict[str, list[float]], **params: int) -> dict[str, Any]:
+    runs = [
+        {
+            "loop": loop,
+            "status": "ok",
+            "ops_per_s": v,
+            "cpu_user_us_per_op": 1.0,
+            "cpu_sys_us_per_op": 0.5,
+        }
+        for loop, values in ops.items()
+        for v in values
+    ]
+    return {"id": workload, "workload": workload, "kind": kind, "params": params, "runs": runs}
+
+
+def test_ratios_medians_and_targets() -> None:
+    four = ("asyncio", "uvloop", "tideloop", "tideloop-compiled")
+    echo = _case(
+        "tcp_echo_protocol",
+        "server",
+        dict(
+            zip(
+                four,
+                ([100, 90, 110], [400, 400, 400], [420, 300, 410], [200, 200, 200]),
+                strict=True,
+            )
+        ),
+        size=1024,
+        conns=100,
+    )
+    soon = _case("call_soon", "primitive", dict(zip(four, ([10], [40], [16], [30]), strict=True)))
+    table = markdown.table([echo, soon])
+    # Medians: tideloop 410 / stdlib 100 = 4.10x, / uvloop 400 = 1.02x.
+    row = f"| TCP echo, `Protocol`, 1 KiB {markdown.TIMES} 100 |"
+    assert f"{row} 100 | 400 | 410 | 200 | 4.10x | 1.02x | 0.50x |" in table
+    assert "| `call_soon` (callbacks/s) | 10 | 40 | 16 | 30 | 1.60x | 0.40x | 0.75x |" in table
+    summary = markdown.summary([echo, soon])
+    assert "I/O, tideloop >= 1.0x uvloop:        1/1 rows; missed: none" in summary
+    assert "primitives, tideloop >= 1.5x stdlib: 1/1 rows" in summary
+    assert "primitives, compiled >= 0.8x uvloop: 0/1 rows; missed: call_soon 0.75x" in summary
+    # Spread of tideloop's echo repeats: (420 - 300) / 410.
+    assert markdown.spread(echo, "tideloop") == pytest.approx(120 / 410)
