@@ -211,9 +211,9 @@ class TimerQueue:
         while heap and heap[0] < end_time:
             when = heappop(heap)
             entry = buckets.pop(when)
+            if self._keys is not None:
+                del self._tiekeys[when]
             if isinstance(entry, list):
-                if self._keys is not None:
-                    del self._tiekeys[when]
                 fired = 0
                 for handle in entry:
                     handle._scheduled = False
@@ -224,8 +224,6 @@ class TimerQueue:
                         fired += 1
                 self.size -= len(entry)
             else:
-                if self._keys is not None:
-                    del self._tiekeys[when]
                 entry._scheduled = False
                 self.size -= 1
                 if entry._cancelled:
