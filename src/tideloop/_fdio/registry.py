@@ -39,11 +39,12 @@ Invariants:
   methods can refuse to touch an fd a transport owns (asyncio's rule).
 - ``_internal`` holds the fds the loop's own components registered (the
   waker, the signal pipe, child pidfds); `user_fds` is everything else.
-- ``polled`` is the number of registered fds (``_masks``) that are not in
-  ``_wake_only``: the fds whose readiness carries an event of its own.
-  ``_wake_only`` holds the loop's waker, whose readiness only means "the
-  ready queue grew", which the core sees without polling. The core skips
-  a zero-timeout poll when ``polled`` is 0 (see ``CoreLoop._run_once``).
+- ``_wake_only`` holds the registered fds whose readiness only means "the
+  ready queue grew" (the loop's waker), which the core sees without
+  polling; it is a subset of ``_masks``. ``polled`` is
+  ``len(_masks) - len(_wake_only)``, recounted by `_count_polled` whenever
+  either changes: the fds whose readiness is an event of their own. The
+  core skips a zero-timeout poll while it is 0 (``CoreLoop._run_once``).
 - ``fileobjs`` has an entry only for a registered fd, and only if its
   registration was made through ``add_*`` with an object rather than an int.
 """
@@ -153,8 +154,8 @@ class FdRegistry:
         poller = self._poller
         if not want:
             del self._masks[fd]
-            if fd not in self._wake_only:
-                self.polled -= 1
+            self._wake_only.discard(fd)
+            self._count_polled()
             if self.fileobjs:
                 self.fileobjs.pop(fd, None)
             poller.unregister(fd)
@@ -170,13 +171,16 @@ class FdRegistry:
             self.fileobjs.pop(fd, None)
             if have:
                 del self._masks[fd]
-                if fd not in self._wake_only:
-                    self.polled -= 1
+                self._wake_only.discard(fd)
+                self._count_polled()
                 poller.unregister(fd)
             raise
-        if not have and fd not in self._wake_only:
-            self.polled += 1
         self._masks[fd] = want
+        if not have:
+            self._count_polled()
+
+    def _count_polled(self) -> None:
+        self.polled = len(self._masks) - len(self._wake_only)
 
     # ------------------------------------------------------------------
     # Registrations. *fd* is an int here; `fd_of` converts at the edges.
@@ -253,19 +257,16 @@ class FdRegistry:
         *wake_only*: the fd's readiness means nothing but "wake up" (the
         waker), so it does not count in ``polled``.
         """
+        self.set_reader(fd, handle)
         if wake_only:
             self._wake_only.add(fd)
-        try:
-            self.set_reader(fd, handle)
-        except BaseException:
-            self._wake_only.discard(fd)
-            raise
+            self._count_polled()
         self._internal.add(fd)
 
     def remove_internal_reader(self, fd: int) -> None:
         self._internal.discard(fd)
-        self.remove_reader(fd)
         self._wake_only.discard(fd)
+        self.remove_reader(fd)
 
     def registrations(self) -> int:
         """Readers plus writers registered now, the loop's own included."""
