@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import report
+
 # The README's typography: a multiplication sign and an en dash.
 TIMES = "\u00d7"
 DASH = "\u2013"
@@ -87,29 +89,36 @@ def title(case: dict[str, Any]) -> str:
     )
 
 
-def runs_of(case: dict[str, Any], loop: str) -> list[dict[str, Any]]:
-    return [r for r in case["runs"] if r["loop"] == loop and r.get("status") == "ok"]
+def stats(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The case's per-loop medians and ratios, as the suite's own report computes them."""
+    return report.summarise(case["runs"], LOOPS)
 
 
 def median_of(case: dict[str, Any], loop: str, key: str) -> float | None:
-    values = [r[key] for r in runs_of(case, loop) if r.get(key) is not None]
-    return statistics.median(values) if values else None
+    entry = stats(case)[loop]
+    value: float | None = entry.get(key)
+    return value
+
+
+def ratio(case: dict[str, Any], loop: str, base: str) -> float | None:
+    return _ratio(median_of(case, loop, "ops_per_s"), median_of(case, base, "ops_per_s"))
 
 
 def cpu_per_op(case: dict[str, Any], loop: str) -> float | None:
-    values = [
-        r["cpu_user_us_per_op"] + r["cpu_sys_us_per_op"]
-        for r in runs_of(case, loop)
-        if r.get("cpu_user_us_per_op") is not None
-    ]
-    return statistics.median(values) if values else None
+    entry = stats(case)[loop]
+    if entry.get("cpu_user_us_per_op") is None or entry.get("cpu_sys_us_per_op") is None:
+        return None
+    total: float = entry["cpu_user_us_per_op"] + entry["cpu_sys_us_per_op"]
+    return total
 
 
 def spread(case: dict[str, Any], loop: str) -> float | None:
-    values = [r["ops_per_s"] for r in runs_of(case, loop)]
-    if len(values) < 2:
+    """Max - min over median of the loop's throughput repeats (None below two)."""
+    entry = stats(case)[loop]
+    if entry.get("repeats", 0) < 2:
         return None
-    return (max(values) - min(values)) / statistics.median(values)
+    spread_: float = (entry["ops_per_s_max"] - entry["ops_per_s_min"]) / entry["ops_per_s"]
+    return spread_
 
 
 def _num(v: float | None) -> str:
@@ -178,7 +187,7 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
         for case in cases:
             if kind(case) != group:
                 continue
-            r = _ratio(median_of(case, loop, "ops_per_s"), median_of(case, base, "ops_per_s"))
+            r = ratio(case, loop, base)
             if r is not None:
                 result.append(r)
         return result
@@ -204,7 +213,7 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
         met = []
         missed = []
         for case in group:
-            r = _ratio(median_of(case, loop, "ops_per_s"), median_of(case, base, "ops_per_s"))
+            r = ratio(case, loop, base)
             (met if r is not None and r >= target else missed).append(f"{case['id']} {_x(r)}")
         return f"{len(met)}/{len(group)} rows; missed: " + ("; ".join(missed) or "none")
 
