@@ -134,9 +134,23 @@ def test_writelines_pauses_the_protocol(loop: asyncio.AbstractEventLoop) -> None
     assert paused == [True]
 
 
-@pytest.mark.divergence("recv-size-64k")
-def test_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
+def queue_until_full(sock: socket.socket, chunk: bytes) -> int:
+    """Send *chunk* until the socket takes no more; return how much it took."""
+    sock.setblocking(False)
+    queued = 0
+    try:
+        while True:
+            queued += sock.send(chunk)
+    except BlockingIOError:
+        pass
+    return queued
+
+
+@pytest.mark.divergence("recv-size-adaptive")
+def test_reads_grow_to_256k_after_a_full_64k_read(loop: asyncio.AbstractEventLoop) -> None:
     a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     sizes: list[int] = []
 
     class P(asyncio.Protocol):
@@ -144,19 +158,87 @@ def test_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
             sizes.append(len(data))
 
     async def main() -> None:
-        b.setblocking(False)
-        queued = 0
-        try:
-            while True:
-                queued += b.send(b"r" * 65536)
-        except BlockingIOError:
-            pass
+        queued = queue_until_full(b, b"r" * 65536)
         b.close()
+        assert queued > 3 * 64 * 1024
         transport, _ = await loop.connect_accepted_socket(P, a)
         while sum(sizes) < queued:
             await asyncio.sleep(0.001)
         transport.close()
         await asyncio.sleep(0)
+
+    loop.run_until_complete(main())
+    assert sizes[0] == 64 * 1024
+    assert max(sizes) == 120 * 1024  # the loop's read buffer
+
+
+@pytest.mark.divergence("recv-size-adaptive")
+def test_reads_shrink_back_after_bulk_data(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    chunks: list[bytes] = []
+
+    class P(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            chunks.append(data)
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(P, a)
+        bulk = bytes(range(256)) * 2048  # 512 KiB
+        await loop.sock_sendall(b, bulk)
+        while sum(map(len, chunks)) < len(bulk):
+            await asyncio.sleep(0.001)
+        assert b"".join(chunks) == bulk
+        assert max(map(len, chunks)) > 64 * 1024
+        # Small messages after the burst come as they were sent.
+        del chunks[:]
+        for i in range(3):
+            await loop.sock_sendall(b, b"small %d" % i)
+            while not chunks:
+                await asyncio.sleep(0.001)
+            assert chunks.pop() == b"small %d" % i
+        transport.close()
+        await asyncio.sleep(0)
+
+    with b:
+        loop.run_until_complete(main())
+
+
+@pytest.mark.divergence("recv-size-adaptive")
+def test_pipe_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
+    import fcntl
+    import os
+
+    rfd, wfd = os.pipe()
+    f_setpipe_sz = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; 3.11's fcntl lacks it
+    try:
+        fcntl.fcntl(wfd, f_setpipe_sz, 1 << 20)
+    except OSError:
+        pytest.skip("the pipe cannot be made larger than 64 KiB here")
+    sizes: list[int] = []
+
+    class P(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            sizes.append(len(data))
+
+    os.set_blocking(wfd, False)
+    queued = 0
+    try:
+        while True:
+            queued += os.write(wfd, b"p" * 65536)
+    except BlockingIOError:
+        pass
+    os.close(wfd)
+    assert queued > 64 * 1024
+
+    async def main() -> None:
+        with open(rfd, "rb", buffering=0) as pipe:
+            transport, _ = await loop.connect_read_pipe(P, pipe)
+            while sum(sizes) < queued:
+                await asyncio.sleep(0.001)
+            transport.close()
+            await asyncio.sleep(0)
 
     loop.run_until_complete(main())
     assert max(sizes) == 64 * 1024

@@ -275,6 +275,101 @@ def test_set_protocol_switches_read_path(loop: asyncio.AbstractEventLoop) -> Non
     loop.run_until_complete(main())
 
 
+def test_bulk_reads_on_many_connections_keep_each_ones_bytes(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Connections read bulk data at once on one loop (tideloop reads it through a
+    buffer the loop shares, see divergence "recv-size-adaptive"): every protocol gets
+    exactly its own bytes, and the chunks it keeps are not overwritten later."""
+    size = 1024 * 1024
+
+    class Keep(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.chunks: list[bytes] = []
+            self.done = loop.create_future()
+
+        def data_received(self, data: bytes) -> None:
+            self.chunks.append(data)
+            if sum(map(len, self.chunks)) >= size and not self.done.done():
+                self.done.set_result(None)
+
+    pairs = [socket.socketpair() for _ in range(4)]
+    payloads = [bytes([i]) * 1000 + bytes(range(256)) * (size // 256) for i in range(len(pairs))]
+    payloads = [p[:size] for p in payloads]
+
+    async def main() -> None:
+        transports = []
+        protocols = []
+        for ours, _ in pairs:
+            transport, protocol = await loop.connect_accepted_socket(Keep, ours)
+            transports.append(transport)
+            protocols.append(protocol)
+        for _, peer in pairs:
+            peer.setblocking(False)
+        await asyncio.gather(
+            *(
+                loop.sock_sendall(peer, payload)
+                for (_, peer), payload in zip(pairs, payloads, strict=True)
+            )
+        )
+        await asyncio.gather(*(p.done for p in protocols))
+        for protocol, payload in zip(protocols, payloads, strict=True):
+            assert all(type(c) is bytes for c in protocol.chunks)
+            assert b"".join(protocol.chunks) == payload
+        for transport in transports:
+            transport.close()
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        for _, peer in pairs:
+            peer.close()
+
+
+def test_pause_reading_in_a_bulk_read_holds_the_rest_back(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    size = 1024 * 1024
+    payload = bytes(range(256)) * (size // 256)
+    received = bytearray()
+
+    class PauseOnce(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.transport: Any = None
+            self.paused_at = -1
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            received.extend(data)
+            if self.paused_at < 0 and len(received) > 128 * 1024:
+                self.paused_at = len(received)
+                self.transport.pause_reading()
+
+    ours, peer = socket.socketpair()
+
+    async def main() -> None:
+        transport, protocol = await loop.connect_accepted_socket(PauseOnce, ours)
+        peer.setblocking(False)
+        sender = asyncio.ensure_future(loop.sock_sendall(peer, payload))
+        while protocol.paused_at < 0:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)
+        assert len(received) == protocol.paused_at  # nothing delivered while paused
+        transport.resume_reading()
+        await sender
+        while len(received) < size:
+            await asyncio.sleep(0.001)
+        assert received == payload
+        transport.close()
+        await asyncio.sleep(0)
+
+    with peer:
+        loop.run_until_complete(main())
+
+
 def test_pause_and_resume_reading(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
         server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))

@@ -47,6 +47,10 @@ Invariants:
   core skips a zero-timeout poll while it is 0 (``CoreLoop._run_once``).
 - ``fileobjs`` has an entry only for a registered fd, and only if its
   registration was made through ``add_*`` with an object rather than an int.
+- `read_buffer` is scratch space shared by the loop's transports (their
+  large reads, see ``_transports/stream``): what one read put there is valid
+  only until the next read, so a reader copies it out before calling any code
+  that could read again. One loop runs in one thread, so no two reads overlap.
 """
 
 from __future__ import annotations
@@ -54,12 +58,18 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVarTuple, Unpack
+from typing import Any, Final, TypeVarTuple, Unpack
 
 from tideloop._core.handles import Handle, ReadyQueue
 from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
+
+#: Size of `FdRegistry.read_buffer`. asyncio reads up to 256 KiB; a read
+#: copied out of this buffer makes a bytes object of its size, and below 128
+#: KiB (glibc's default mmap threshold) that comes from the heap instead of a
+#: fresh mapping that page-faults on the copy.
+READ_BUFFER_SIZE: Final = 120 * 1024
 
 _Ts = TypeVarTuple("_Ts")
 
@@ -86,6 +96,7 @@ class FdRegistry:
         "_internal",
         "_masks",
         "_poller",
+        "_read_view",
         "_ready",
         "_wake_only",
         "closed",
@@ -115,10 +126,18 @@ class FdRegistry:
             weakref.WeakValueDictionary()
         )
         self.closed = False
+        self._read_view: memoryview | None = None
 
     @property
     def poller(self) -> Poller:
         return self._poller
+
+    def read_buffer(self) -> memoryview:
+        """The loop's scratch buffer for large reads (`READ_BUFFER_SIZE`), made on first use."""
+        view = self._read_view
+        if view is None:
+            view = self._read_view = memoryview(bytearray(READ_BUFFER_SIZE))
+        return view
 
     # ------------------------------------------------------------------
     # Dispatch: called by the core once per poll that returned events.
@@ -316,6 +335,7 @@ class FdRegistry:
         self._internal.clear()
         self._wake_only.clear()
         self.polled = 0
+        self._read_view = None
         self._poller.close()
 
 

@@ -39,7 +39,7 @@ Facts / what this means for us:
   description) non-blocking, as asyncio does too.
 - A pipe holds 64 KiB by default, so one ``read`` returns at most that much;
   we ask for 64 KiB, not asyncio's 256 KiB (glibc would map and unmap a
-  256 KiB buffer on every read; divergence "recv-size-64k").
+  256 KiB buffer on every read; divergence "recv-size-adaptive").
 
 Invariants (with those of `FdTransport`):
 - The write transport's write Handle is registered exactly while its

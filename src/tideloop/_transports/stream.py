@@ -9,12 +9,23 @@ Hot paths (one readiness event each):
 
 - read: `_read_ready` is the callback of one Handle created with the
   transport and registered/detached on pause/resume, never re-created. For a
-  `Protocol`, one ``recv(max_size)`` with ``max_size`` 64 KiB, where asyncio
-  asks for 256 KiB: glibc serves an allocation that large from mmap, so
-  every read would map and unmap memory and then shrink the bytes object,
-  which costs several times the read itself for small messages (measured in
-  ``bench/results``, divergence "recv-size-64k"). For a `BufferedProtocol`,
-  ``recv_into(protocol.get_buffer(-1))``: no allocation.
+  `BufferedProtocol`, ``recv_into(protocol.get_buffer(-1))``: no allocation.
+  For a `Protocol`, the read size adapts (``_read_mode``, divergence
+  "recv-size-adaptive"):
+
+  * small reads: one ``recv(max_size)`` with ``max_size`` 64 KiB. asyncio
+    asks for 256 KiB, but glibc serves an allocation that large from mmap, so
+    every read would map and unmap memory and then shrink the bytes object:
+    several times the cost of the read itself for small messages;
+  * large reads, from the read after one that returned at least
+    ``LARGE_READ_MIN`` (32 KiB) until one that returns less: ``recv_into``
+    the loop's 120 KiB scratch buffer (`FdRegistry.read_buffer`), then one
+    copy of what arrived into a bytes object. A 100 KiB message then takes
+    one read, one ``data_received`` and (for an echo) one send instead of two
+    of each. For small reads the copy costs more than ``recv``'s fresh
+    object, so small and medium traffic stays on the first path. Larger
+    chunks cost streams: a ``StreamReader`` whose buffer grows past 128 KiB
+    reallocates it through mmap and page-faults (docs/performance.md).
 - write: sends at once when nothing is buffered; only the unsent tail is
   buffered (bytes objects are kept as they are, mutable buffers are copied,
   a partly sent chunk is kept as a memoryview slice so a big write is never
@@ -68,6 +79,18 @@ if TYPE_CHECKING:
     from .sendfile import NativeSendfile
 
 
+#: ``_read_mode`` values: how `SocketTransport._read_ready` reads (see the
+#: module docstring). Small reads are 0, so the hot path tests one truth value.
+READ_SMALL: Final = 0
+READ_LARGE: Final = 1
+READ_BUFFERED: Final = 2
+#: Reads of at least this many bytes switch a Protocol's transport to large
+#: reads, smaller ones back. Small reads are cheaper through recv()'s fresh
+#: bytes object than through a copy out of the shared buffer; at 10 KiB the
+#: two measured level, so only bulk data (half a small read) switches.
+LARGE_READ_MIN: Final = 32 * 1024
+
+
 def _iov_max() -> int:
     try:
         return os.sysconf("SC_IOV_MAX")
@@ -105,9 +128,9 @@ def _byte_view(data: memoryview) -> memoryview:
 @python_class
 class SocketTransport(WriteFlowControl, asyncio.Transport):
     __slots__ = (
-        "_buffered",
         "_empty_waiter",
         "_eof",
+        "_read_mode",
         "_sendfile_op",
         "_sock",
     )
@@ -141,7 +164,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         )
         socket_extra(self._extra, sock)
         self._sock = sock
-        self._buffered = False
+        self._read_mode = READ_SMALL
         self.set_protocol(protocol)
         self._eof = False
         self._empty_waiter: asyncio.Future[None] | None = None
@@ -161,18 +184,26 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
     # Protocol and reading
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._buffered = isinstance(protocol, asyncio.BufferedProtocol)
+        # A new protocol starts with small reads (and a BufferedProtocol
+        # always brings its own buffer).
+        self._read_mode = (
+            READ_BUFFERED if isinstance(protocol, asyncio.BufferedProtocol) else READ_SMALL
+        )
         self._protocol = protocol
         self._protocol_connected = True
 
     def _read_ready(self) -> None:
         if not self._reader_on:
             return  # detached after this run was queued
-        if self._buffered:
-            self._read_ready_buffered()
+        if self._read_mode:
+            if self._read_mode == READ_BUFFERED:
+                self._read_ready_buffered()
+            else:
+                self._read_ready_large()
             return
+        size = self.max_size
         try:
-            data = self._sock.recv(self.max_size)
+            data = self._sock.recv(size)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -183,6 +214,34 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         if not data:
             self._read_eof()
             return
+        if len(data) >= LARGE_READ_MIN:
+            self._read_mode = READ_LARGE
+        try:
+            self._protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+    def _read_ready_large(self) -> None:
+        view = self._fds.read_buffer()
+        try:
+            nbytes = self._sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not nbytes:
+            self._read_eof()
+            return
+        if nbytes < LARGE_READ_MIN:
+            self._read_mode = READ_SMALL
+        # Copied out before any protocol code runs: the buffer is the
+        # loop's, and the next large read of any transport reuses it.
+        data = bytes(view[:nbytes])
         try:
             self._protocol.data_received(data)
         except (SystemExit, KeyboardInterrupt):
