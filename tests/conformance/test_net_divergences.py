@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import socket
 import tempfile
+from collections.abc import Callable
 
 import pytest
 
@@ -134,57 +136,66 @@ def test_writelines_pauses_the_protocol(loop: asyncio.AbstractEventLoop) -> None
     assert paused == [True]
 
 
-def queue_until_full(sock: socket.socket, chunk: bytes) -> int:
-    """Send *chunk* until the socket takes no more; return how much it took."""
-    sock.setblocking(False)
+def bulk_pair() -> tuple[socket.socket, socket.socket]:
+    """A socketpair whose *b* side can queue a megabyte for *a* to read."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    return a, b
+
+
+def queue_until_full(write: Callable[[bytes], int], chunk: bytes) -> int:
+    """Write *chunk* with the non-blocking *write* until it takes no more; return the total."""
     queued = 0
     try:
         while True:
-            queued += sock.send(chunk)
+            queued += write(chunk)
     except BlockingIOError:
         pass
     return queued
 
 
-@pytest.mark.divergence("recv-size-adaptive")
-def test_reads_grow_to_256k_after_a_full_64k_read(loop: asyncio.AbstractEventLoop) -> None:
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-    sizes: list[int] = []
+class Chunks(asyncio.Protocol):
+    """Appends every chunk data_received() gets to the caller's list."""
 
-    class P(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            sizes.append(len(data))
+    def __init__(self, got: list[bytes]) -> None:
+        self.got = got
+
+    def data_received(self, data: bytes) -> None:
+        self.got.append(data)
+
+
+@pytest.mark.divergence("recv-size-adaptive")
+def test_reads_grow_to_the_120k_read_buffer_after_a_large_read(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = bulk_pair()
+    chunks: list[bytes] = []
 
     async def main() -> None:
-        queued = queue_until_full(b, b"r" * 65536)
+        b.setblocking(False)
+        queued = queue_until_full(b.send, b"r" * 65536)
         b.close()
         assert queued > 3 * 64 * 1024
-        transport, _ = await loop.connect_accepted_socket(P, a)
-        while sum(sizes) < queued:
+        transport, _ = await loop.connect_accepted_socket(lambda: Chunks(chunks), a)
+        while sum(map(len, chunks)) < queued:
             await asyncio.sleep(0.001)
         transport.close()
         await asyncio.sleep(0)
 
     loop.run_until_complete(main())
+    sizes = [len(c) for c in chunks]
     assert sizes[0] == 64 * 1024
     assert max(sizes) == 120 * 1024  # the loop's read buffer
 
 
 @pytest.mark.divergence("recv-size-adaptive")
 def test_reads_shrink_back_after_bulk_data(loop: asyncio.AbstractEventLoop) -> None:
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    b.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    a, b = bulk_pair()
     chunks: list[bytes] = []
 
-    class P(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            chunks.append(data)
-
     async def main() -> None:
-        transport, _ = await loop.connect_accepted_socket(P, a)
+        transport, _ = await loop.connect_accepted_socket(lambda: Chunks(chunks), a)
         bulk = bytes(range(256)) * 2048  # 512 KiB
         await loop.sock_sendall(b, bulk)
         while sum(map(len, chunks)) < len(bulk):
@@ -216,32 +227,22 @@ def test_pipe_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
         fcntl.fcntl(wfd, f_setpipe_sz, 1 << 20)
     except OSError:
         pytest.skip("the pipe cannot be made larger than 64 KiB here")
-    sizes: list[int] = []
-
-    class P(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            sizes.append(len(data))
-
+    chunks: list[bytes] = []
     os.set_blocking(wfd, False)
-    queued = 0
-    try:
-        while True:
-            queued += os.write(wfd, b"p" * 65536)
-    except BlockingIOError:
-        pass
+    queued = queue_until_full(functools.partial(os.write, wfd), b"p" * 65536)
     os.close(wfd)
     assert queued > 64 * 1024
 
     async def main() -> None:
         with open(rfd, "rb", buffering=0) as pipe:
-            transport, _ = await loop.connect_read_pipe(P, pipe)
-            while sum(sizes) < queued:
+            transport, _ = await loop.connect_read_pipe(lambda: Chunks(chunks), pipe)
+            while sum(map(len, chunks)) < queued:
                 await asyncio.sleep(0.001)
             transport.close()
             await asyncio.sleep(0)
 
     loop.run_until_complete(main())
-    assert max(sizes) == 64 * 1024
+    assert max(map(len, chunks)) == 64 * 1024
 
 
 @pytest.mark.divergence("sendfile-transport-closed")
