@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         n: {"version": loops.version(n), "unavailable": loops.unavailable_reason(n)} for n in wanted
     }
     run_loops = [n for n in wanted if loop_info[n]["unavailable"] is None]
+    for n in run_loops:
+        loops.byte_compile(n)
     for n in wanted:
         if loop_info[n]["unavailable"]:
             print(f"skipping {n}: {loop_info[n]['unavailable']}", file=sys.stderr)
@@ -210,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[dict[str, Any]] = []
         gave_up: set[str] = set()
         for rep in range(repeats):
-            for loop in run_loops:
+            # Each repeat starts one loop further on, so no loop always runs
+            # right after the same other one (an A/A run of one tree against
+            # itself favoured the copy that always ran second).
+            shift = rep % len(run_loops)
+            for loop in run_loops[shift:] + run_loops[:shift]:
                 what = f"{case_id} · {loop} #{rep + 1}"
                 if loop in gave_up:
                     progress.end(what, "skipped (unavailable)")
