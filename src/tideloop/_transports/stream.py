@@ -195,15 +195,18 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
     def _read_ready(self) -> None:
         if not self._reader_on:
             return  # detached after this run was queued
-        if self._read_mode:
-            if self._read_mode == READ_BUFFERED:
-                self._read_ready_buffered()
-            else:
-                self._read_ready_large()
+        mode = self._read_mode
+        if mode == READ_BUFFERED:
+            self._read_ready_buffered()
             return
-        size = self.max_size
         try:
-            data = self._sock.recv(size)
+            if not mode:
+                data = self._sock.recv(self.max_size)
+            else:
+                # Copied out before any protocol code runs: the buffer is the
+                # loop's, and the next large read of any transport reuses it.
+                view = self._fds.read_buffer()
+                data = bytes(view[: self._sock.recv_into(view)])
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -214,34 +217,13 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         if not data:
             self._read_eof()
             return
+        # This read's size picks the next one's mode (before the protocol
+        # runs, so that a set_protocol() from data_received wins).
         if len(data) >= LARGE_READ_MIN:
-            self._read_mode = READ_LARGE
-        try:
-            self._protocol.data_received(data)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
-
-    def _read_ready_large(self) -> None:
-        view = self._fds.read_buffer()
-        try:
-            nbytes = self._sock.recv_into(view)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal read error on socket transport")
-            return
-        if not nbytes:
-            self._read_eof()
-            return
-        if nbytes < LARGE_READ_MIN:
+            if not mode:
+                self._read_mode = READ_LARGE
+        elif mode:
             self._read_mode = READ_SMALL
-        # Copied out before any protocol code runs: the buffer is the
-        # loop's, and the next large read of any transport reuses it.
-        data = bytes(view[:nbytes])
         try:
             self._protocol.data_received(data)
         except (SystemExit, KeyboardInterrupt):
