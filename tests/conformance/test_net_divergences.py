@@ -217,6 +217,40 @@ def test_reads_shrink_back_after_bulk_data(loop: asyncio.AbstractEventLoop) -> N
 
 
 @pytest.mark.divergence("recv-size-adaptive")
+def test_stream_reads_stay_at_64k_and_a_plain_protocol_after_them_grows(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = bulk_pair()
+    stream_chunks: list[bytes] = []
+    chunks: list[bytes] = []
+
+    class Recording(asyncio.StreamReaderProtocol):
+        def data_received(self, data: bytes) -> None:
+            stream_chunks.append(data)
+            super().data_received(data)
+
+    async def main() -> None:
+        reader = asyncio.StreamReader(limit=1 << 20)
+        transport, _ = await loop.connect_accepted_socket(lambda: Recording(reader), a)
+        bulk = bytes(range(256)) * 2048  # 512 KiB
+        await loop.sock_sendall(b, bulk)
+        assert await reader.readexactly(len(bulk)) == bulk
+        # The same transport, handed to a plain Protocol, reads large again.
+        transport.set_protocol(Chunks(chunks))
+        await loop.sock_sendall(b, bulk)
+        while sum(map(len, chunks)) < len(bulk):
+            await asyncio.sleep(0.001)
+        assert b"".join(chunks) == bulk
+        transport.close()
+        await asyncio.sleep(0)
+
+    with b:
+        loop.run_until_complete(main())
+    assert max(map(len, stream_chunks)) == 64 * 1024
+    assert max(map(len, chunks)) == 120 * 1024
+
+
+@pytest.mark.divergence("recv-size-adaptive")
 def test_pipe_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
     import fcntl
     import os

@@ -23,9 +23,11 @@ Hot paths (one readiness event each):
     copy of what arrived into a bytes object. A 100 KiB message then takes
     one read, one ``data_received`` and (for an echo) one send instead of two
     of each. For small reads the copy costs more than ``recv``'s fresh
-    object, so small and medium traffic stays on the first path. Larger
-    chunks cost streams: a ``StreamReader`` whose buffer grows past 128 KiB
-    reallocates it through mmap and page-faults (docs/performance.md).
+    object, so small and medium traffic stays on the first path. Streams
+    (a `StreamReaderProtocol`) always read small: their ``StreamReader``
+    copies every chunk into its buffer anyway, and bigger chunks only grow
+    that buffer past 128 KiB, where glibc maps and unmaps it with page
+    faults on every message (``NO_LARGE_READS``, docs/performance.md).
 - write: sends at once when nothing is buffered; only the unsent tail is
   buffered (bytes objects are kept as they are, mutable buffers are copied,
   a partly sent chunk is kept as a memoryview slice so a big write is never
@@ -89,6 +91,12 @@ READ_BUFFERED: Final = 2
 #: bytes object than through a copy out of the shared buffer; at 10 KiB the
 #: two measured level, so only bulk data (half a small read) switches.
 LARGE_READ_MIN: Final = 32 * 1024
+#: The switch point of a transport that never makes large reads: one whose
+#: protocol is a `StreamReaderProtocol`. Its StreamReader copies every chunk
+#: into one bytearray, so a bigger chunk saves no copy; it only makes that
+#: buffer outgrow glibc's mmap threshold (128 KiB), and then every message
+#: remaps it and page-faults (docs/performance.md).
+NO_LARGE_READS: Final = 1 << 62
 
 
 def _iov_max() -> int:
@@ -130,6 +138,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
     __slots__ = (
         "_empty_waiter",
         "_eof",
+        "_large_min",
         "_read_mode",
         "_sendfile_op",
         "_sock",
@@ -165,6 +174,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         socket_extra(self._extra, sock)
         self._sock = sock
         self._read_mode = READ_SMALL
+        self._large_min = LARGE_READ_MIN
         self.set_protocol(protocol)
         self._eof = False
         self._empty_waiter: asyncio.Future[None] | None = None
@@ -188,6 +198,9 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         # always brings its own buffer).
         self._read_mode = (
             READ_BUFFERED if isinstance(protocol, asyncio.BufferedProtocol) else READ_SMALL
+        )
+        self._large_min = (
+            NO_LARGE_READS if isinstance(protocol, asyncio.StreamReaderProtocol) else LARGE_READ_MIN
         )
         self._protocol = protocol
         self._protocol_connected = True
@@ -219,7 +232,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
             return
         # This read's size picks the next one's mode (before the protocol
         # runs, so that a set_protocol() from data_received wins).
-        if len(data) >= LARGE_READ_MIN:
+        if len(data) >= self._large_min:
             if not mode:
                 self._read_mode = READ_LARGE
         elif mode:
