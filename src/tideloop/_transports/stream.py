@@ -219,7 +219,10 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
                 # Copied out before any protocol code runs: the buffer is the
                 # loop's, and the next large read of any transport reuses it.
                 view = self._fds.read_buffer()
-                data = bytes(view[: self._sock.recv_into(view)])
+                # A local, not the call, as the slice bound: mypyc evaluates
+                # a slice bound expression twice (two reads, one lost).
+                nbytes = self._sock.recv_into(view)
+                data = bytes(view[:nbytes])
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
