@@ -155,6 +155,12 @@ def queue_until_full(write: Callable[[bytes], int], chunk: bytes) -> int:
     return queued
 
 
+async def until_received(chunks: list[bytes], nbytes: int) -> None:
+    """Wait until *chunks* (filled by a `Chunks` protocol) add up to *nbytes*."""
+    while sum(map(len, chunks)) < nbytes:
+        await asyncio.sleep(0.001)
+
+
 class Chunks(asyncio.Protocol):
     """Appends every chunk data_received() gets to the caller's list."""
 
@@ -178,8 +184,7 @@ def test_reads_grow_to_the_120k_read_buffer_after_a_large_read(
         b.close()
         assert queued > 3 * 64 * 1024
         transport, _ = await loop.connect_accepted_socket(lambda: Chunks(chunks), a)
-        while sum(map(len, chunks)) < queued:
-            await asyncio.sleep(0.001)
+        await until_received(chunks, queued)
         transport.close()
         await asyncio.sleep(0)
 
@@ -198,8 +203,7 @@ def test_reads_shrink_back_after_bulk_data(loop: asyncio.AbstractEventLoop) -> N
         transport, _ = await loop.connect_accepted_socket(lambda: Chunks(chunks), a)
         bulk = bytes(range(256)) * 2048  # 512 KiB
         await loop.sock_sendall(b, bulk)
-        while sum(map(len, chunks)) < len(bulk):
-            await asyncio.sleep(0.001)
+        await until_received(chunks, len(bulk))
         assert b"".join(chunks) == bulk
         assert max(map(len, chunks)) > 64 * 1024
         # Small messages after the burst come as they were sent.
@@ -238,8 +242,7 @@ def test_stream_reads_stay_at_64k_and_a_plain_protocol_after_them_grows(
         # The same transport, handed to a plain Protocol, reads large again.
         transport.set_protocol(Chunks(chunks))
         await loop.sock_sendall(b, bulk)
-        while sum(map(len, chunks)) < len(bulk):
-            await asyncio.sleep(0.001)
+        await until_received(chunks, len(bulk))
         assert b"".join(chunks) == bulk
         transport.close()
         await asyncio.sleep(0)
@@ -270,8 +273,7 @@ def test_pipe_reads_are_at_most_64k(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
         with open(rfd, "rb", buffering=0) as pipe:
             transport, _ = await loop.connect_read_pipe(lambda: Chunks(chunks), pipe)
-            while sum(map(len, chunks)) < queued:
-                await asyncio.sleep(0.001)
+            await until_received(chunks, queued)
             transport.close()
             await asyncio.sleep(0)
 
