@@ -173,9 +173,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         )
         socket_extra(self._extra, sock)
         self._sock = sock
-        self._read_mode = READ_SMALL
-        self._large_min = LARGE_READ_MIN
-        self.set_protocol(protocol)
+        self.set_protocol(protocol)  # also sets the read mode and its switch point
         self._eof = False
         self._empty_waiter: asyncio.Future[None] | None = None
         self._sendfile_op: NativeSendfile | None = None
