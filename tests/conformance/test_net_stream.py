@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import contextvars
 import logging
 import socket
 import struct
@@ -409,6 +410,82 @@ def test_pause_reading_before_connection_made_runs(loop: asyncio.AbstractEventLo
             assert client.data == b""
             transport.resume_reading()
             assert await client.wait_for_bytes(4) == b"data"
+
+    loop.run_until_complete(main())
+
+
+WHO = contextvars.ContextVar("WHO", default="creator")
+
+
+def run_as(who: str, action: Callable[[], object]) -> None:
+    """Call *action* in a fresh context copy where WHO is *who*."""
+
+    def call() -> None:
+        WHO.set(who)
+        action()
+
+    contextvars.copy_context().run(call)
+
+
+class ContextRecorder(Recorder):
+    """Records WHO as data_received() and resume_writing() see it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.read_in: list[str] = []
+        self.resumed_in: list[str] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.read_in.append(WHO.get())
+        super().data_received(data)
+
+    def resume_writing(self) -> None:
+        self.resumed_in.append(WHO.get())
+        super().resume_writing()
+
+
+def test_data_received_runs_in_the_context_that_resumed_reading(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """asyncio's resume_reading() adds a reader Handle, which copies the caller's context."""
+
+    async def main() -> None:
+        async with tcp_session(loop, Echo, lambda: ContextRecorder(loop)) as (transport, client):
+            transport.write(b"1")
+            await client.wait_for_bytes(1)
+            transport.pause_reading()
+            run_as("resumer", transport.resume_reading)
+            transport.write(b"2")
+            await client.wait_for_bytes(2)
+            assert client.read_in == ["creator", "resumer"]
+
+    loop.run_until_complete(main())
+
+
+def test_resume_writing_runs_in_the_context_of_the_write_that_waited(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Each write() that has to wait adds a writer Handle in its own context (asyncio)."""
+    big = b"w" * (8 * 1024 * 1024)  # more than the socket pair takes at once
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        b.setblocking(False)
+        transport, client = await loop.create_connection(lambda: ContextRecorder(loop), sock=a)
+        try:
+            for who in ("first writer", "second writer"):
+                run_as(who, lambda: transport.write(big))
+                assert client.paused == len(client.resumed_in) + 1
+                while transport.get_write_buffer_size() or client.resumed < client.paused:
+                    with contextlib.suppress(BlockingIOError):
+                        while b.recv(1 << 20):
+                            pass
+                    await asyncio.sleep(0.001)
+            assert client.resumed_in == ["first writer", "second writer"]
+        finally:
+            transport.close()
+            await client.lost
+            b.close()
 
     loop.run_until_complete(main())
 
@@ -829,3 +906,70 @@ def test_unclosed_transport_warns(loop: asyncio.AbstractEventLoop) -> None:
 
     with b:
         loop.run_until_complete(main())
+
+
+def connection_memory(loop: asyncio.AbstractEventLoop, conns: int) -> float:
+    """Bytes the process allocates per echo connection (tracemalloc), all of them busy.
+
+    The clients (blocking sockets in a thread) allocate the same on any loop.
+    """
+    import threading
+    import tracemalloc
+
+    lost: list[None] = []
+
+    class CountingEcho(Echo):
+        def connection_lost(self, exc: BaseException | None) -> None:
+            lost.append(None)
+
+    async def main() -> float:
+        server = await loop.create_server(CountingEcho, "127.0.0.1", 0, backlog=conns)
+        port = server.sockets[0].getsockname()[1]
+        clients: list[socket.socket] = []
+
+        def connect_and_echo() -> None:
+            clients.extend(socket.create_connection(("127.0.0.1", port)) for _ in range(conns))
+            for c in clients:
+                c.sendall(b"m" * 1024)
+            for c in clients:
+                got = 0
+                while got < 1024:
+                    got += len(c.recv(4096))
+
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            thread = threading.Thread(target=connect_and_echo)
+            thread.start()
+            while thread.is_alive():
+                await asyncio.sleep(0.005)
+            after = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+            for c in clients:
+                c.close()
+            while len(lost) < len(clients):  # the server side sees each EOF and closes
+                await asyncio.sleep(0.005)
+            await close_server(server)
+        return sum(d.size_diff for d in after.compare_to(before, "filename")) / conns
+
+    return loop.run_until_complete(main())
+
+
+def test_a_connection_costs_no_more_memory_than_on_the_stdlib_loop() -> None:
+    """The issue's scale target, in allocated bytes: per connection, at most the stdlib's.
+
+    tideloop makes the write buffer and the write Handle only when a write
+    has to wait, which most connections never do.
+    """
+    import tideloop
+
+    costs = {}
+    loops = {"stdlib": asyncio.new_event_loop, "tideloop": tideloop.new_event_loop}
+    for name, factory in loops.items():
+        loop = factory()
+        try:
+            costs[name] = connection_memory(loop, 200)
+        finally:
+            loop.close()
+    assert costs["tideloop"] <= costs["stdlib"], costs

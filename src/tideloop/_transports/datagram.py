@@ -89,9 +89,7 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
     ) -> None:
         self._fd_closed = True
         fd = sock.fileno()
-        super().__init__(
-            loop, fds, fd, extra, None, sock.close, self._read_ready, self._write_ready
-        )
+        super().__init__(loop, fds, fd, extra, None, sock.close)
         socket_extra(self._extra, sock)
         self._sock = sock
         self._address = address
@@ -173,7 +171,7 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
                 return
 
         # Queue an immutable copy: the caller may reuse its buffer.
-        self._buffer.append((bytes(data), addr))
+        self._write_buffer().append((bytes(data), addr))
         self._buffer_size += len(data) + HEADER_SIZE
         self._maybe_pause_protocol()
 

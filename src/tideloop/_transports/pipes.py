@@ -119,7 +119,7 @@ class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
             raise ValueError("Pipe transport is for pipes/sockets only.")
-        super().__init__(loop, fds, fd, extra, None, pipe.close, self._read_ready, _no_write)
+        super().__init__(loop, fds, fd, extra, None, pipe.close)
         self._extra["pipe"] = pipe
         self._pipe = pipe
         os.set_blocking(fd, False)
@@ -211,9 +211,7 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
         is_socket = stat.S_ISSOCK(mode)
         if not (is_char or is_fifo or is_socket):
             raise ValueError("Pipe transport is only for pipes, sockets and character devices")
-        super().__init__(
-            loop, fds, fd, extra, None, pipe.close, self._peer_closed, self._write_ready
-        )
+        super().__init__(loop, fds, fd, extra, None, pipe.close)
         self._extra["pipe"] = pipe
         self._pipe = pipe
         os.set_blocking(fd, False)
@@ -230,7 +228,8 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
         polling = "polling" if self._writer_on else "idle"
         return _pipe_repr(self, f"{polling} bufsize={self._buffer_size}")
 
-    def _peer_closed(self) -> None:
+    def _read_ready(self) -> None:
+        # A write pipe reads only to learn that the reader closed its end.
         if not self._reader_on:
             return
         if self._loop._debug:
@@ -269,10 +268,11 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
                 return
             self._start_writing()
         # Keep bytes as they are; copy what the caller could mutate.
+        buffer = self._write_buffer()
         if type(data) is bytes:
-            self._buffer.append(memoryview(data)[n:] if n else data)
+            buffer.append(memoryview(data)[n:] if n else data)
         else:
-            self._buffer.append(memoryview(data).cast("B")[n:].tobytes())
+            buffer.append(memoryview(data).cast("B")[n:].tobytes())
         self._buffer_size += size - n
         self._maybe_pause_protocol()
 
@@ -296,7 +296,7 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
             self._stop_writing()
             self._fatal_error(exc, "Fatal write error on pipe transport")
             return
-        self._consume(n)
+        self._consume(buffer, n)
         if buffer:
             return
         self._stop_writing()
@@ -334,10 +334,6 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
             self._buffer_size = 0
         self._stop_reading()
         self._loop.call_soon(self._call_connection_lost, exc)
-
-
-def _no_write() -> None:
-    """A read pipe never registers its write handle."""
 
 
 @python_class

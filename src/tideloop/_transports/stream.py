@@ -7,8 +7,8 @@ shaped for speed, because this is where a server spends its time.
 
 Hot paths (one readiness event each):
 
-- read: `_read_ready` is the callback of one Handle created with the
-  transport and registered/detached on pause/resume, never re-created. For a
+- read: `_read_ready` is the callback of the read Handle, made when
+  reading starts or resumes (`FdTransport`), not per event. For a
   `BufferedProtocol`, ``recv_into(protocol.get_buffer(-1))``: no allocation.
   For a `Protocol`, the read size adapts (``_read_mode``, divergence
   "recv-size-adaptive"):
@@ -32,7 +32,8 @@ Hot paths (one readiness event each):
   buffered (bytes objects are kept as they are, mutable buffers are copied,
   a partly sent chunk is kept as a memoryview slice so a big write is never
   copied again per partial send). ``writelines`` sends its list with one
-  vectored ``sendmsg`` (no joining). The write Handle too is created once.
+  vectored ``sendmsg`` (no joining). A write Handle and the buffer exist
+  only once a write had to wait.
 
 Facts / what this means for us:
 - A peer that resets the connection makes recv/send raise
@@ -168,9 +169,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         # Set first: __del__ reads it even if the constructor fails.
         self._fd_closed = True
         fd = sock.fileno()
-        super().__init__(
-            loop, fds, fd, extra, server, sock.close, self._read_ready, self._write_ready
-        )
+        super().__init__(loop, fds, fd, extra, server, sock.close)
         socket_extra(self._extra, sock)
         self._sock = sock
         self.set_protocol(protocol)  # also sets the read mode and its switch point
@@ -334,10 +333,11 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
             n = 0
         # Keep bytes as they are (a partly sent one as a view of its tail);
         # copy what the caller could mutate after we return.
+        buffer = self._write_buffer()
         if type(data) is bytes:
-            self._buffer.append(memoryview(data)[n:] if n else data)
+            buffer.append(memoryview(data)[n:] if n else data)
         else:
-            self._buffer.append(bytes(memoryview(data)[n:]) if n else bytes(data))
+            buffer.append(bytes(memoryview(data)[n:]) if n else bytes(data))
         self._buffer_size += size - n
         if self._buffer_size > self._high_water:
             self._maybe_pause_protocol()
@@ -385,7 +385,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
                 return
             self._start_writing()
         # Buffer what was not sent, copying what the caller could mutate.
-        buffer = self._buffer
+        buffer = self._write_buffer()
         skip = n
         for data in chunks:
             length = len(data)
@@ -426,7 +426,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
                 waiter.set_exception(exc)
             return
         if n:
-            self._consume(n)
+            self._consume(buffer, n)
         if self._protocol_paused:
             self._maybe_resume_protocol()  # may write more
         if not buffer:
