@@ -85,7 +85,7 @@ from .errors import callback_error_context, log_context, logger
 from .handles import THREADSAFE_TRIM, Handle, ReadyQueue, ThreadSafeHandle, TimerHandle
 from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
 from .native import python_class
-from .timers import TimerQueue
+from .timers import FAR_DELAY, TimerQueue
 from .waker import make_waker
 
 _T = TypeVar("_T")
@@ -328,7 +328,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         timer._repr = None
         timer._source_traceback = None
         timer._when = when
-        self._timers.push(timer, when)
+        if d < FAR_DELAY:
+            self._timers.push(timer, when)
+        else:
+            self._timers.push_far(timer, when)
         return timer
 
     def call_at(
@@ -366,7 +369,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if timer._source_traceback:
             # Trim this frame and the public method's.
             trim(timer._source_traceback, 2)
-        self._timers.push(timer, key)
+        if key - self._now() < FAR_DELAY:
+            self._timers.push(timer, key)
+        else:
+            self._timers.push_far(timer, key)
         return timer
 
     def call_soon_threadsafe(
@@ -427,11 +433,20 @@ class CoreLoop(asyncio.AbstractEventLoop):
         elif deadline is None:
             timeout = None
         else:
-            timeout = deadline - self._now()
-            if timeout > MAX_POLL_TIMEOUT:
-                timeout = MAX_POLL_TIMEOUT
-            elif timeout < 0.0:
-                timeout = 0.0
+            if timers.buckets[deadline] is timers.marker:
+                # Far timers wait in slots behind a marker (timers.py): the
+                # loop moves the first slot into the heap rather than wake
+                # for it. Only here, where it may block: when busy, the
+                # marker comes due and cancelled timers die unseen.
+                deadline = timers.pass_markers()
+            if deadline is None:
+                timeout = None
+            else:
+                timeout = deadline - self._now()
+                if timeout > MAX_POLL_TIMEOUT:
+                    timeout = MAX_POLL_TIMEOUT
+                elif timeout < 0.0:
+                    timeout = 0.0
 
         wait = self._clock_wait
         counters = self._counters

@@ -25,12 +25,43 @@ Facts / what this means for us:
   fire in a seeded order. Deadline order is the heap's; no key changes it.
 - Timers are ordered by their float deadline (divergence
   "timer-deadline-as-float"): the loop passes ``float(when)``.
+- Far timers. Most timers that are armed far ahead are timeouts, cancelled
+  long before they are due; with many of them pending (a server's
+  connections), the heap and the bucket dict are most of what the garbage
+  collector traverses per timer, in heap order, a cache miss per float.
+  So a timer due `FAR_DELAY` (2 s) or more from now (`push_far`; the loop
+  decides by the delay) goes into a *slot*: the list of the far timers whose
+  deadlines fall in the same `SLOT_WIDTH` (1 s) window, in push order. One
+  heap entry per far slot, the *marker* (bucket ``marker``), comes due when
+  the slot begins; when `pop_due` reaches it, the slot's live timers move
+  into the heap (`_migrate`) and its cancelled ones are dropped, unseen by
+  the heap. A loop about to block with a marker first in the heap does not
+  wait for it: `pass_markers` migrates that slot at once, so the loop (and
+  a virtual clock) only ever sleeps until a real timer. Arming a far timer
+  is a list append, and the GC sees it once, in the order it was armed.
+- Far timers keep asyncio's order. A marker is due no later than every
+  deadline of its slot, and `pop_due` migrates a slot before it pops
+  anything later than its marker, so timers still come out in deadline order, also after
+  a stall. Equal deadlines keep scheduling order: for one deadline, every
+  push that went to a slot came before every push that went to the heap
+  (the delay only shrinks as the clock advances), so migrated timers go in
+  front of the heap's; and no far push goes to a slot already migrated
+  (``_near_until``).
 
 Invariants:
 - ``heap`` holds each key of ``buckets`` exactly once, and nothing else.
-- ``handle._scheduled`` is True iff the handle is in a bucket; ``size``
-  counts the handles in buckets, cancelled ones included.
-- ``cancelled`` counts the cancelled handles in buckets: bumped by the
+  Every bucket is a timer, a list of timers, or ``marker``.
+- ``_far`` maps each slot index (``when // SLOT_WIDTH``, a float) to a
+  non-empty list of timers; ``_slots`` is a heap of exactly its keys. Every
+  slot index is at least ``_near_until / SLOT_WIDTH``.
+- ``_far`` is non-empty iff ``_mark_at`` is finite; then ``_mark_at`` is a
+  key of ``buckets`` whose bucket is ``marker``, no later than the start
+  of the first slot. Other ``marker`` buckets are stale: popped, they do
+  nothing.
+- ``handle._scheduled`` is True iff the handle is in a bucket or a slot;
+  ``size`` counts those handles, cancelled ones included (markers are not
+  handles).
+- ``cancelled`` counts the cancelled handles in buckets and slots: bumped by the
   loop's ``_timer_handle_cancelled`` (called by ``TimerHandle.cancel``) or
   `note_cancelled`, lowered whenever a cancelled handle leaves its bucket.
 - The head bucket may keep cancelled handles next to live ones (its
@@ -44,6 +75,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
+from math import inf, nextafter
 from typing import Final
 
 from .handles import ReadyQueue, TimerHandle
@@ -53,12 +85,39 @@ from .metrics import LAG_BOUNDS, Counters
 MIN_SCHEDULED_FOR_COMPACTION: Final = 100
 MIN_CANCELLED_FRACTION: Final = 0.5
 
+#: Far timers: due this many seconds or more from now when armed...
+FAR_DELAY: Final = 2.0
+#: ...they wait in slots this wide, keyed by ``when // SLOT_WIDTH``.
+SLOT_WIDTH: Final = 1.0
+
 #: A bucket: the timer with that deadline, or the timers (two or more).
 Bucket = TimerHandle | list[TimerHandle]
 
 
+def _new_marker() -> TimerHandle:
+    """The heap's "migrate a far slot" entry: never cancelled, never run."""
+    marker: TimerHandle = object.__new__(TimerHandle)
+    marker._cancelled = False
+    marker._scheduled = False
+    marker._when = inf
+    return marker
+
+
 class TimerQueue:
-    __slots__ = ("_counters", "_keys", "_tiekeys", "buckets", "cancelled", "heap", "size")
+    __slots__ = (
+        "_counters",
+        "_far",
+        "_keys",
+        "_mark_at",
+        "_near_until",
+        "_slots",
+        "_tiekeys",
+        "buckets",
+        "cancelled",
+        "heap",
+        "marker",
+        "size",
+    )
 
     def __init__(self, keys: Iterator[int] | None = None, counters: Counters | None = None) -> None:
         """*keys*: tie-break keys for equal deadlines (None: scheduling order).
@@ -73,6 +132,11 @@ class TimerQueue:
         self._keys = keys
         self._tiekeys: dict[float, list[int]] = {}
         self._counters = Counters() if counters is None else counters
+        self._far: dict[float, list[TimerHandle]] = {}
+        self._slots: list[float] = []
+        self._mark_at = inf
+        self.marker = _new_marker()
+        self._near_until = -inf
 
     def __len__(self) -> int:
         return self.size
@@ -80,11 +144,14 @@ class TimerQueue:
     def handles(self) -> list[TimerHandle]:
         """Every queued handle, cancelled ones included (for tests and metrics)."""
         out: list[TimerHandle] = []
+        marker = self.marker
         for entry in self.buckets.values():
             if isinstance(entry, list):
                 out.extend(entry)
-            else:
+            elif entry is not marker:
                 out.append(entry)
+        for slot in self._far.values():
+            out.extend(slot)
         return out
 
     def push(self, handle: TimerHandle, when: float) -> None:
@@ -101,8 +168,91 @@ class TimerQueue:
             heappush(self.heap, when)
         elif isinstance(entry, list):
             entry.append(handle)
+        elif entry is self.marker:
+            self._displace_marker(when, handle)
         else:
             buckets[when] = [entry, handle]
+
+    def push_far(self, handle: TimerHandle, when: float) -> None:
+        """Schedule *handle*, due `FAR_DELAY` or more from now: into its slot.
+
+        The loop calls this instead of `push` when the delay is that long;
+        the queue still takes the heap when slots would not keep its order
+        (a Schedule's tie-break keys, an already migrated slot, no finite
+        deadline).
+        """
+        if self._keys is not None or not self._near_until <= when < inf:
+            self.push(handle, when)
+            return
+        handle._scheduled = True
+        self.size += 1
+        slot = when // SLOT_WIDTH
+        far = self._far
+        timers = far.get(slot)
+        if timers is not None:
+            timers.append(handle)
+            return
+        far[slot] = [handle]
+        heappush(self._slots, slot)
+        mark = slot * SLOT_WIDTH
+        if mark < self._mark_at:
+            self._arm(mark)  # the earliest slot now; the old marker goes stale
+
+    def _arm(self, mark: float) -> None:
+        """Put the marker in the heap at *mark*, or just before it if a deadline is there."""
+        buckets = self.buckets
+        while mark in buckets:
+            mark = nextafter(mark, -inf)
+        buckets[mark] = self.marker
+        heappush(self.heap, mark)
+        self._mark_at = mark
+
+    def _displace_marker(self, when: float, handle: TimerHandle) -> None:
+        """A deadline equal to a marker's key: the timer takes the bucket."""
+        self.buckets[when] = handle  # the heap already holds the key
+        if when == self._mark_at:
+            self._arm(when)  # re-armed just before it
+
+    def _migrate(self, end_time: float) -> None:
+        """Move every slot whose marker time is before *end_time* into the heap.
+
+        Cancelled timers are dropped here. A migrated timer goes in front of
+        the heap's timers with the same deadline (pushed after it, see the
+        module docstring); reversed, so that a slot's own timers with equal
+        deadlines keep their order too.
+        """
+        self._mark_at = inf
+        slots = self._slots
+        far = self._far
+        buckets = self.buckets
+        heap = self.heap
+        marker = self.marker
+        # The first slot always: its marker is the one that came due (and
+        # may sit an ulp before the slot's nominal time, see _arm).
+        while slots:
+            slot = heappop(slots)
+            self._near_until = slot * SLOT_WIDTH + SLOT_WIDTH
+            for handle in reversed(far.pop(slot)):
+                if handle._cancelled:
+                    handle._scheduled = False
+                    self.cancelled -= 1
+                    self.size -= 1
+                    continue
+                w = handle._when
+                when = w if type(w) is float else float(w)
+                entry = buckets.get(when)
+                if entry is None:
+                    buckets[when] = handle
+                    heappush(heap, when)
+                elif isinstance(entry, list):
+                    entry.insert(0, handle)
+                elif entry is marker:
+                    buckets[when] = handle  # a stale marker (_mark_at is inf here)
+                else:
+                    buckets[when] = [handle, entry]
+            if slots and slots[0] * SLOT_WIDTH >= end_time:
+                self._arm(slots[0] * SLOT_WIDTH)
+                return
 
     def _push_keyed(self, handle: TimerHandle, when: float) -> None:
         keys = self._keys
@@ -121,6 +271,22 @@ class TimerQueue:
             entry.insert(i, handle)
         else:
             self.buckets[when] = [entry, handle] if i else [handle, entry]
+
+    def pass_markers(self) -> float | None:
+        """Before the loop blocks: migrate now instead of waking for a marker.
+
+        Drops markers from the top of the heap, migrating the current one's
+        slot (its timers are the earliest left). Returns the first deadline
+        then, as `next_deadline` does.
+        """
+        while True:
+            deadline = self.next_deadline()  # may compact: no locals across it
+            if deadline is None or self.buckets[deadline] is not self.marker:
+                return deadline
+            heappop(self.heap)
+            del self.buckets[deadline]
+            if deadline == self._mark_at:
+                self._migrate(-inf)  # the first slot only
 
     def note_cancelled(self, handle: TimerHandle) -> None:
         if handle._scheduled:
@@ -159,10 +325,13 @@ class TimerQueue:
     def _compact(self) -> None:
         """Drop every cancelled timer and rebuild the heap (asyncio's compaction)."""
         keyed = self._keys is not None
+        marker = self.marker
         buckets: dict[float, Bucket] = {}
         tiekeys: dict[float, list[int]] = {}
         size = 0
         for when, entry in self.buckets.items():
+            if entry is marker:
+                continue  # re-armed below if slots remain
             if isinstance(entry, list):
                 live: list[TimerHandle] = []
                 live_keys: list[int] = []
@@ -187,11 +356,27 @@ class TimerQueue:
                 size += 1
                 if keyed:
                     tiekeys[when] = self._tiekeys[when]
+        far: dict[float, list[TimerHandle]] = {}
+        for slot, timers in self._far.items():
+            live = []
+            for handle in timers:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    live.append(handle)
+            if live:
+                far[slot] = live
+                size += len(live)
         heap = list(buckets)
         heapify(heap)
         self.heap = heap
         self.buckets = buckets
         self._tiekeys = tiekeys
+        self._far = far
+        self._slots = sorted(far)  # a sorted list is a heap
+        self._mark_at = inf
+        if far:
+            self._arm(self._slots[0] * SLOT_WIDTH)
         self.size = size
         self.cancelled = 0
 
@@ -208,9 +393,14 @@ class TimerQueue:
         append = ready.append
         lag_sum = 0.0
         max_lag = counters.max_lag
+        marker = self.marker
         while heap and heap[0] < end_time:
             when = heappop(heap)
             entry = buckets.pop(when)
+            if entry is marker:
+                if when == self._mark_at:
+                    self._migrate(end_time)
+                continue
             if self._keys is not None:
                 del self._tiekeys[when]
             if isinstance(entry, list):
@@ -249,5 +439,8 @@ class TimerQueue:
         self.heap.clear()
         self.buckets.clear()
         self._tiekeys.clear()
+        self._far.clear()
+        self._slots.clear()
+        self._mark_at = inf
         self.size = 0
         self.cancelled = 0
