@@ -380,3 +380,38 @@ def test_busy_loop_then_idle_loop_wakes_for_a_thread(loop: asyncio.AbstractEvent
     # thread's wake (a lost wake would time out here).
     assert loop.run_until_complete(asyncio.wait_for(fut, 5)) == "woke"
     timer.join()
+
+
+@pytest.mark.divergence("sleep-timer-bare-context")
+def test_sleep_timer_runs_in_the_loops_bare_context(loop: asyncio.AbstractEventLoop) -> None:
+    from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
+
+    def arm() -> asyncio.TimerHandle:
+        VAR.set("sleeper")
+        return loop.call_later(1, _set_result_unless_cancelled, loop.create_future(), None)
+
+    timer = contextvars.copy_context().run(arm)
+    timer.cancel()
+    assert timer.get_context().get(VAR) is None  # type: ignore[attr-defined]
+
+    def arm_other() -> asyncio.TimerHandle:
+        VAR.set("caller")
+        return loop.call_later(1, print)
+
+    # Any other callback still gets a copy of the caller's context.
+    other = contextvars.copy_context().run(arm_other)
+    other.cancel()
+    assert other.get_context().get(VAR) == "caller"  # type: ignore[attr-defined]
+
+
+def test_sleep_in_a_context_wakes_up_in_it(loop: asyncio.AbstractEventLoop) -> None:
+    async def sleeper(name: str) -> tuple[str, str]:
+        VAR.set(name)
+        before = VAR.get()
+        await asyncio.sleep(0.001)
+        return before, VAR.get()
+
+    async def main() -> list[tuple[str, str]]:
+        return await asyncio.gather(sleeper("a"), sleeper("b"))
+
+    assert loop.run_until_complete(main()) == [("a", "a"), ("b", "b")]

@@ -7,6 +7,7 @@ the entry (and its special-casing) should go.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import gc
 import os
@@ -91,6 +92,29 @@ def check_handle_get_context() -> None:
         assert has is (sys.version_info >= (3, 12))
         if has:
             pytest.skip("no divergence on this Python: asyncio has Handle.get_context")
+    finally:
+        loop.close()
+
+
+def _sleep_timer_sees(loop: asyncio.AbstractEventLoop) -> str | None:
+    """What a context variable set before it reads in asyncio.sleep()'s timer's context."""
+    from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var")
+
+    def arm() -> asyncio.TimerHandle:
+        var.set("sleeper")
+        return loop.call_later(1, _set_result_unless_cancelled, loop.create_future(), None)
+
+    timer = contextvars.copy_context().run(arm)
+    timer.cancel()
+    return timer._context.get(var)  # type: ignore[attr-defined, no-any-return]
+
+
+def check_sleep_timer_bare_context() -> None:
+    loop = stdlib_loop()
+    try:
+        assert _sleep_timer_sees(loop) == "sleeper"
     finally:
         loop.close()
 
@@ -792,6 +816,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
     "timer-deadline-as-float": check_timer_deadline_as_float,
+    "sleep-timer-bare-context": check_sleep_timer_bare_context,
     "handle-get-context-3.11": check_handle_get_context,
     "factory-task-name-3.13.0": check_factory_task_name,
     "executor-shutdown-timeout": check_executor_timeout,
