@@ -26,23 +26,25 @@ Facts / what this means for us:
 - Timers are ordered by their float deadline (divergence
   "timer-deadline-as-float"): the loop passes ``float(when)``.
 - Far timers. Most timers that are armed far ahead are timeouts, cancelled
-  long before they are due; with many of them pending (a server's
-  connections), the heap and the bucket dict are most of what the garbage
-  collector traverses per timer, in heap order, a cache miss per float.
-  So a timer due `FAR_DELAY` (2 s) or more from now (`push_far`; the loop
-  decides by the delay) goes into a *slot*: the list of the far timers whose
-  deadlines fall in the same `SLOT_WIDTH` (1 s) window, in push order. One
-  heap entry per far slot, the *marker* (bucket ``marker``), comes due when
-  the slot begins; when `pop_due` reaches it, the slot's live timers move
-  into the heap (`_migrate`) and its cancelled ones are dropped, unseen by
-  the heap. A loop about to block with a marker first in the heap does not
-  wait for it: `pass_markers` migrates that slot at once, so the loop (and
-  a virtual clock) only ever sleeps until a real timer. Arming a far timer
+  long before they are due. With many of them pending (a server's
+  connections), each one cost a push into a heap far larger than the cache
+  and an entry in the bucket dict, both traversed again by every full
+  collection (docs/performance.md: with a million pending, arming one took
+  1.07 µs without the GC, 0.67 now). So a timer due `FAR_DELAY` (2 s) or
+  more from now (`push_far`; the loop decides by the delay) goes into a
+  *slot*: the list of the far timers whose deadlines fall in the same
+  `SLOT_WIDTH` (1 s) window, in push order. One heap entry per far slot,
+  the *marker* (bucket ``marker``), comes due when the slot begins; when
+  `pop_due` reaches it, the slot's live timers move into the heap
+  (`_migrate`) and its cancelled ones are dropped, unseen by the heap. A
+  loop about to block with a marker first in the heap does not wait for
+  it: `pass_markers` migrates that slot at once, so the loop (and a
+  virtual clock) only ever sleeps until a real timer. Arming a far timer
   is a list append, and the GC sees it once, in the order it was armed.
 - Far timers keep asyncio's order. A marker is due no later than every
   deadline of its slot, and `pop_due` migrates a slot before it pops
-  anything later than its marker, so timers still come out in deadline order, also after
-  a stall. Equal deadlines keep scheduling order: for one deadline, every
+  anything later than its marker, so timers still come out in deadline
+  order, also after a stall. Equal deadlines keep scheduling order: for one deadline, every
   push that went to a slot came before every push that went to the heap
   (the delay only shrinks as the clock advances), so migrated timers go in
   front of the heap's; and no far push goes to a slot already migrated
