@@ -44,11 +44,11 @@ Facts / what this means for us:
 - Far timers keep asyncio's order. A marker is due no later than every
   deadline of its slot, and `pop_due` migrates a slot before it pops
   anything later than its marker, so timers still come out in deadline
-  order, also after a stall. Equal deadlines keep scheduling order: for one deadline, every
-  push that went to a slot came before every push that went to the heap
-  (the delay only shrinks as the clock advances), so migrated timers go in
-  front of the heap's; and no far push goes to a slot already migrated
-  (``_near_until``).
+  order, also after a stall. Equal deadlines keep scheduling order: for one
+  deadline, every push that went to a slot came before every push that went
+  to the heap (the delay only shrinks as the clock advances), so migrated
+  timers go in front of the heap's; and no far push goes to a slot already
+  migrated (``_near_until``).
 
 Invariants:
 - ``heap`` holds each key of ``buckets`` exactly once, and nothing else.
@@ -249,7 +249,7 @@ class TimerQueue:
                 elif isinstance(entry, list):
                     entry.insert(0, handle)
                 elif entry is marker:
-                    buckets[when] = handle  # a stale marker (_mark_at is inf here)
+                    self._displace_marker(when, handle)  # stale: _mark_at is inf here
                 else:
                     buckets[when] = [handle, entry]
             if slots and slots[0] * SLOT_WIDTH >= end_time:
