@@ -1,7 +1,7 @@
 """Where a loop's time goes: call counts per operation, and cProfile of a server under load.
 
 Not a benchmark (profilers change what they measure): these tools explain
-the numbers ``python -m bench`` reports. Two modes:
+the numbers ``python -m bench`` reports. Three modes:
 
 ``calls WORKLOAD [--loop L] [-n N]``
     Runs a primitive workload once under ``sys.setprofile`` and prints the
@@ -16,8 +16,18 @@ the numbers ``python -m bench`` reports. Two modes:
     message. cProfile makes every call dearer, so compare functions with
     each other, not with the benchmark's absolute numbers.
 
+``iteration [--loops L,...] [--fds F] [--rounds R] [-n N]``
+    The cost of a loop iteration and of a callback, apart from any
+    workload: F socketpairs that stay readable, ``add_reader`` on each, a
+    reader that only counts. Each loop runs in a fresh process pinned to
+    CPU 0, loops interleaved, R rounds; each process prints its best of
+    three runs of N callbacks and the median over rounds is shown. With one
+    fd every callback is one iteration (its poll may block: the ready queue
+    is empty when it polls); with many, the iteration is shared.
+
     python -m bench.profile calls sleep0 --loop tideloop
     python -m bench.profile server unix_echo --loop tideloop --conns 10
+    python -m bench.profile iteration --fds 1
 
 For kernel versus user time, ``perf record -e cpu-clock`` on the server
 process works here (no hardware counters in this VM); on Python 3.12+
@@ -34,9 +44,11 @@ import json
 import os
 import pstats
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from types import FrameType
 from typing import Any
 
@@ -120,28 +132,90 @@ def profile_server(
         print(f"  {tottime / messages * 1e6:10.3f}  {ncalls / messages:9.3f}  {where}")
 
 
+def iteration_worker(loop_name: str, fds: int, n: int) -> float:
+    """Best of three: ns per callback of *fds* always-ready readers on *loop_name*."""
+    import socket
+
+    loop = loops.factory(loop_name)()
+    pairs = [socket.socketpair() for _ in range(fds)]
+    count = 0
+
+    def reader() -> None:
+        nonlocal count
+        count += 1
+        if count == n:
+            loop.stop()
+
+    try:
+        for a, b in pairs:
+            b.send(b"x")  # never read: a stays readable (level-triggered)
+            loop.add_reader(a.fileno(), reader)
+        best = float("inf")
+        for _ in range(3):
+            count = 0
+            start = time.perf_counter()
+            loop.run_forever()
+            best = min(best, (time.perf_counter() - start) / n * 1e9)
+        for a, _ in pairs:
+            loop.remove_reader(a.fileno())
+    finally:
+        loop.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+    return best
+
+
+def iteration_cost(loop_names: list[str], fds: int, rounds: int, n: int) -> None:
+    if "tideloop-compiled" in loop_names:
+        loops.build_compiled()  # exports its path to the worker processes
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    results: dict[str, list[float]] = {name: [] for name in loop_names}
+    for _ in range(rounds):
+        for name in loop_names:
+            cmd = [sys.executable, "-m", "bench.profile", "_iteration", name, "--fds", str(fds)]
+            out = subprocess.run([*pin, *cmd, "-n", str(n)], check=True, capture_output=True)
+            results[name].append(float(out.stdout))
+    what = "iteration" if fds == 1 else "callback"
+    print(f"ns per {what}, {fds} ready fd(s), median of {rounds} (best of 3 x {n:,} each):")
+    for name, values in results.items():
+        spread = ", ".join(f"{v:.0f}" for v in values)
+        print(f"  {name:18} {statistics.median(values):7.0f}   ({spread})")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.profile",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("mode", choices=("calls", "server"))
-    parser.add_argument("workload")
+    parser.add_argument("mode", choices=("calls", "server", "iteration", "_iteration"))
+    parser.add_argument("workload", nargs="?", help="the workload (calls, server)")
     parser.add_argument("--loop", default="tideloop")
-    parser.add_argument("-n", type=int, default=20_000, help="operations (calls mode)")
+    parser.add_argument("--loops", default="asyncio,uvloop,tideloop", help="iteration mode")
+    parser.add_argument("--fds", type=int, default=1, help="ready fds (iteration mode)")
+    parser.add_argument("--rounds", type=int, default=7, help="processes per loop (iteration)")
+    parser.add_argument("-n", type=int, default=None, help="operations (calls, iteration)")
     parser.add_argument("--size", type=int, default=1024, help="message size (server mode)")
     parser.add_argument("--conns", type=int, default=100, help="connections (server mode)")
     parser.add_argument("--seconds", type=float, default=2.0, help="measured time (server mode)")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
+    if args.mode == "_iteration":  # one worker process of the iteration mode
+        print(f"{iteration_worker(args.workload, args.fds, args.n or 300_000):.1f}")
+        return
+    if args.mode == "iteration":
+        iteration_cost(args.loops.split(","), args.fds, args.rounds, args.n or 300_000)
+        return
+    if args.workload is None:
+        parser.error(f"{args.mode} needs a workload")
     if args.loop == "tideloop-compiled":
         loops.build_compiled()
     workload = get(args.workload)
     if args.mode == "calls":
         if not isinstance(workload, Primitive):
             raise SystemExit(f"{args.workload} is not a primitive workload")
-        count_calls(workload, args.loop, args.n, args.top)
+        count_calls(workload, args.loop, args.n or 20_000, args.top)
     else:
         if not isinstance(workload, Server):
             raise SystemExit(f"{args.workload} is not a server workload")
