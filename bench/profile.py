@@ -166,12 +166,14 @@ def iteration_worker(loop_name: str, fds: int, n: int) -> float:
     return best
 
 
-def iteration_cost(loop_names: list[str], fds: int, rounds: int, n: int) -> None:
-    for name in list(loop_names):
+def iteration_cost(requested: list[str], fds: int, rounds: int, n: int) -> None:
+    loop_names = []
+    for name in requested:
         reason = loops.unavailable_reason(name)
-        if reason is not None:
+        if reason is None:
+            loop_names.append(name)
+        else:
             print(f"skipping {name}: {reason}", file=sys.stderr)
-            loop_names.remove(name)
     if "tideloop-compiled" in loop_names:
         loops.build_compiled()  # exports its path to the worker processes
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
