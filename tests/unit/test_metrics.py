@@ -8,6 +8,7 @@ backwards; snapshots taken from other threads are consistent.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import socket
 import threading
@@ -384,3 +385,38 @@ def test_lag_quantile_reads_buckets() -> None:
     assert m.lag_quantile(0.5) == LAG_BOUNDS[0]
     assert m.lag_quantile(0.95) == LAG_BOUNDS[4]
     assert m.lag_quantile(1.0) == 7.5
+
+
+class _SubmitWaits(concurrent.futures.ThreadPoolExecutor):
+    """An executor whose submit() returns only once the job has finished."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        concurrent.futures.wait([future])
+        return future
+
+
+def test_an_executor_job_is_pending_from_before_it_can_run(loop: tideloop.Loop) -> None:
+    """A job can run, and be observed by another thread, before submit() returns."""
+    seen: list[int] = []
+    with _SubmitWaits(max_workers=1) as executor:
+
+        def job() -> None:
+            seen.append(loop.metrics().executor_pending)
+
+        async def main() -> None:
+            await loop.run_in_executor(executor, job)
+
+        loop.run_until_complete(main())
+    assert seen == [1]
+    assert loop.metrics().executor_pending == 0
+
+
+def test_an_executor_that_refuses_a_job_leaves_nothing_pending(loop: tideloop.Loop) -> None:
+    class Refuses(concurrent.futures.ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+            raise RuntimeError("refused")
+
+    with Refuses(max_workers=1) as executor, pytest.raises(RuntimeError, match="refused"):
+        loop.run_in_executor(executor, print)
+    assert loop.metrics().executor_pending == 0

@@ -614,10 +614,6 @@ class CoreLoop(asyncio.AbstractEventLoop):
         assert wait is not None
         return wait(poll, timeout)
 
-    def _executor_job_started(self, fut: asyncio.Future[Any]) -> None:
-        self._executor_jobs += 1
-        fut.add_done_callback(self._executor_job_done)
-
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
         self._executor_jobs -= 1
 
@@ -1012,8 +1008,15 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 executor = self._default_executor = concurrent.futures.ThreadPoolExecutor(
                     thread_name_prefix="asyncio"
                 )
-        fut = asyncio.wrap_future(executor.submit(func, *args), loop=self)
-        self._executor_job_started(fut)
+        # Counted before it is submitted: the job may run, and another thread
+        # read loop.metrics() (its executor_pending), before submit() returns.
+        self._executor_jobs += 1
+        try:
+            fut = asyncio.wrap_future(executor.submit(func, *args), loop=self)
+        except BaseException:
+            self._executor_jobs -= 1
+            raise
+        fut.add_done_callback(self._executor_job_done)
         return fut
 
     def set_default_executor(self, executor: concurrent.futures.Executor) -> None:

@@ -52,7 +52,8 @@ async def shutdown_default_executor(self: CoreLoop, timeout: float | None = None
     if executor is None:
         return
     future = self.create_future()
-    self._executor_job_started(future)
+    self._executor_jobs += 1
+    future.add_done_callback(self._executor_job_done)
     # Joining the pool's threads blocks, so a helper thread does it.
     thread = threading.Thread(target=self._join_executor, args=(executor, future))
     thread.start()
