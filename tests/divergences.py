@@ -11,12 +11,49 @@ behave differently (so an entry cannot outlive its reason).
 from __future__ import annotations
 
 import asyncio
+import sys
+from asyncio import base_events, base_subprocess, selector_events
 from dataclasses import dataclass
 
+# Where the stdlib changed in a patch release, whether the running Python has
+# the change is read off its own code, not guessed from a version number.
+
+
+def _names(func: object) -> set[str]:
+    """The global and attribute names *func*'s code uses, nested code included."""
+    names: set[str] = set()
+    codes = [func.__code__]  # type: ignore[attr-defined]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return names
+
+
 #: Does this Python's own shutdown_default_executor bound its wait with the
-#: timeout (3.12.x later releases, 3.13+)? Read off the stdlib's code.
-STDLIB_BOUNDED_EXECUTOR_SHUTDOWN = (
-    "timeouts" in asyncio.BaseEventLoop.shutdown_default_executor.__code__.co_names
+#: timeout (3.12.x later releases, 3.13+)?
+STDLIB_BOUNDED_EXECUTOR_SHUTDOWN = "timeouts" in _names(
+    asyncio.BaseEventLoop.shutdown_default_executor
+)
+#: Does create_task() rename a factory's task, even to 'None' (3.13)?
+STDLIB_RENAMES_FACTORY_TASKS = "set_name" in _names(base_events.BaseEventLoop.create_task)
+#: Does happy eyeballs keep its exceptions in a functools.partial (a cycle)?
+STDLIB_HAPPY_EYEBALLS_PARTIAL = "functools" in _names(base_events.BaseEventLoop.create_connection)
+#: gh-119710 (3.12 and 3.13 patch releases, 3.14): Process.wait() returns when
+#: the child exits, not when its pipes close too.
+STDLIB_WAIT_RETURNS_AT_EXIT = "_exit_waiters" in _names(
+    base_subprocess.BaseSubprocessTransport._process_exited
+)
+#: Does writelines() pause the protocol over the high-water mark (3.11, and
+#: later 3.12 / 3.13 patch releases)?
+STDLIB_WRITELINES_PAUSES = "_maybe_pause_protocol" in _names(
+    selector_events._SelectorSocketTransport.writelines  # type: ignore[attr-defined]
+)
+#: Does the datagram transport subtract the 8 header bytes it adds per queued
+#: datagram (3.13 patch releases, 3.14)?
+STDLIB_DATAGRAM_HEADER_FIXED = hasattr(
+    selector_events._SelectorDatagramTransport,  # type: ignore[attr-defined]
+    "_header_size",
 )
 
 
@@ -24,6 +61,12 @@ STDLIB_BOUNDED_EXECUTOR_SHUTDOWN = (
 class Divergence:
     what: str
     why: str
+    #: The Pythons whose stdlib loop behaves differently, in words.
+    versions: str = "all"
+    #: Whether the running Python is one of them. Where it is not, the tests
+    #: marked with this divergence run on the stdlib loop too (conftest.py),
+    #: so they show that the two agree there.
+    holds: bool = True
 
 
 DIVERGENCES: dict[str, Divergence] = {
@@ -65,12 +108,17 @@ DIVERGENCES: dict[str, Divergence] = {
         why="Handles look the same on every supported Python (exception handlers and "
         "instrumentation read a handle's context); adding a method cannot break code "
         "written for 3.11.",
+        versions="3.11",
+        holds=sys.version_info < (3, 12),
     ),
-    "factory-task-name-3.13.0": Divergence(
-        what="On Python 3.13.0, create_task(coro) with a task factory and no name leaves "
-        "the factory's name; 3.13.0 renames the task to 'None'.",
-        why="A CPython 3.13.0 bug (create_task calls task.set_name(None)); later releases "
-        "pass the name to the factory instead. Copying a bug would only confuse users.",
+    "factory-task-name-3.13": Divergence(
+        what="On Python 3.13, create_task(coro) with a task factory and no name leaves "
+        "the factory's name; asyncio 3.13 renames the task to 'None'.",
+        why="A CPython 3.13 bug (create_task calls task.set_name(None)); 3.12 leaves the "
+        "name and 3.14 passes the name to the factory instead. Copying a bug would only "
+        "confuse users.",
+        versions="3.13",
+        holds=STDLIB_RENAMES_FACTORY_TASKS,
     ),
     "executor-shutdown-timeout": Divergence(
         what="shutdown_default_executor(timeout) stops waiting after *timeout* seconds, "
@@ -80,6 +128,8 @@ DIVERGENCES: dict[str, Divergence] = {
         why="A shutdown that hangs on a stuck executor thread is never wanted; the bounded "
         "wait is what later CPython releases do and what the argument is for. An extra "
         "optional argument cannot break 3.11 code.",
+        versions="3.11, 3.12 before the bounded wait",
+        holds=not STDLIB_BOUNDED_EXECUTOR_SHUTDOWN,
     ),
     "call-at-rejects-non-numbers": Divergence(
         what="call_at/call_later reject a deadline that is not a real number with TypeError "
@@ -111,12 +161,16 @@ DIVERGENCES: dict[str, Divergence] = {
         "so changing the buffer afterwards changes what is sent.",
         why="What was written must be what is sent; 3.11 copies too, and the sendfile "
         "fallback itself reuses its buffer between writes.",
+        versions="3.12+",
+        holds=sys.version_info >= (3, 12),
     ),
     "writelines-flow-control": Divergence(
         what="On Python 3.12+, writelines() calls protocol.pause_writing() when the buffer "
         "goes over the high-water mark; asyncio 3.12+'s writelines() never does, so "
         "StreamWriter.drain() does not wait after writelines().",
         why="Flow control must not depend on which write method was used; 3.11 pauses too.",
+        versions="3.12, 3.13 releases before the fix",
+        holds=sys.version_info >= (3, 12) and not STDLIB_WRITELINES_PAUSES,
     ),
     "getaddrinfo-literal-inline": Divergence(
         what="loop.getaddrinfo() for a literal IP address with a numeric port calls "
@@ -157,12 +211,16 @@ DIVERGENCES: dict[str, Divergence] = {
         "asyncio before 3.13 returns without sending anything.",
         why="An empty datagram is a real datagram (protocols use them as keep-alives and "
         "probes); dropping it silently loses data. asyncio 3.13 sends it too.",
+        versions="3.11, 3.12",
+        holds=sys.version_info < (3, 13),
     ),
     "datagram-transport-class-3.11": Divergence(
         what="On Python 3.11, datagram transports are instances of asyncio.DatagramTransport; "
         "asyncio 3.11's are not (its class derives from the stream transport base only).",
         why="isinstance(transport, asyncio.DatagramTransport) should hold for a datagram "
         "transport; asyncio 3.12 fixed its class. Adding a base class breaks nothing.",
+        versions="3.11",
+        holds=sys.version_info < (3, 12),
     ),
     "datagram-buffer-size-drains": Divergence(
         what="On Python 3.13, a datagram transport's get_write_buffer_size() returns to 0 "
@@ -170,6 +228,8 @@ DIVERGENCES: dict[str, Divergence] = {
         "subtracts only the payload, so the size stays above 0 forever.",
         why="A buffer size that never drains breaks flow control (the protocol may stay "
         "paused) and anything that waits for the buffer to empty.",
+        versions="3.13 releases before the fix",
+        holds=sys.version_info >= (3, 13) and not STDLIB_DATAGRAM_HEADER_FIXED,
     ),
     "own-child-watcher": Divergence(
         what="On Python 3.11-3.13, tideloop's loops watch their children themselves (pidfd, "
@@ -177,6 +237,8 @@ DIVERGENCES: dict[str, Divergence] = {
         "child watcher, which a program may replace with set_child_watcher().",
         why="Child watchers are deprecated since 3.12 and gone in 3.14; a per-loop pidfd "
         "watcher needs no thread, no SIGCHLD handler and nothing shared between loops.",
+        versions="3.11-3.13",
+        holds=sys.version_info < (3, 14),
     ),
     "send-signal-never-reaps": Divergence(
         what="On Python 3.11 and 3.12, send_signal()/terminate()/kill() on a subprocess "
@@ -184,12 +246,26 @@ DIVERGENCES: dict[str, Divergence] = {
         "child that has just exited, so the child watcher then finds no status and reports "
         "return code 255.",
         why="The exit status must not be lost to a race; asyncio 3.13 uses os.kill() too.",
+        versions="3.11, 3.12",
+        holds=sys.version_info < (3, 13),
+    ),
+    "wait-returns-at-exit": Divergence(
+        what="Process.wait() (and the transport's wait) returns as soon as the child has "
+        "exited, even while a grandchild that inherited its pipes keeps them open; asyncio "
+        "before gh-119710 returns only once every pipe has closed too.",
+        why="A hang for as long as some other process lives is never the intended behaviour; "
+        "later 3.12 and 3.13 releases and 3.14 return at exit too. The pipes' data still "
+        "arrives through the streams.",
+        versions="3.11-3.13 releases before gh-119710",
+        holds=not STDLIB_WAIT_RETURNS_AT_EXIT,
     ),
     "subprocess-pipe-failure-no-hang": Divergence(
         what="If connecting one of a new child's pipes fails (loop.connect_read_pipe raising), "
         "subprocess_exec raises that error once the child is killed and reaped; asyncio kills "
         "the child but then waits forever for the pipe that never connected.",
         why="A hang is never the intended behaviour; the error is asyncio's.",
+        versions="3.11-3.13 releases before gh-119710",
+        holds=not STDLIB_WAIT_RETURNS_AT_EXIT,
     ),
     "happy-eyeballs-no-refcycles": Divergence(
         what="When every attempt of create_connection(happy_eyeballs_delay=...) fails, the "
@@ -198,6 +274,8 @@ DIVERGENCES: dict[str, Divergence] = {
         "that only the garbage collector breaks.",
         why="Until a collection the cycle keeps the exception, its traceback and the locals "
         "of every frame in it alive (CPython PR 124859 is the upstream fix; anyio tests it).",
+        versions="3.11-3.13 releases before PR 124859",
+        holds=STDLIB_HAPPY_EYEBALLS_PARTIAL,
     ),
     # TLS
     "tls-bytearray-get-buffer": Divergence(

@@ -11,6 +11,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,11 +31,32 @@ def run_python(
     )
 
 
+# 3.14 deprecates the policy functions; the tests read and restore the policy
+# through the non-warning names where they exist.
+get_policy: Any = getattr(asyncio.events, "_get_event_loop_policy", None) or (
+    asyncio.get_event_loop_policy
+)
+set_policy: Any = getattr(asyncio.events, "_set_event_loop_policy", None) or (
+    asyncio.set_event_loop_policy
+)
+#: Does this Python deprecate the policy system (3.14+)?
+POLICY_DEPRECATED = hasattr(asyncio.events, "_set_event_loop_policy")
+
+
 @pytest.fixture
 def restore_policy() -> Iterator[None]:
-    policy = asyncio.get_event_loop_policy()
+    policy = get_policy()
     yield
-    asyncio.set_event_loop_policy(policy)
+    set_policy(policy)
+
+
+def install() -> None:
+    """tideloop.install(), which warns on 3.14+ (checked by its own test)."""
+    if POLICY_DEPRECATED:
+        with pytest.warns(DeprecationWarning, match=r"tideloop.install\(\) sets asyncio's"):
+            tideloop.install()
+    else:
+        tideloop.install()
 
 
 def test_run_returns_result_on_tideloop() -> None:
@@ -105,8 +127,8 @@ def test_new_event_loop_poller_choice() -> None:
 
 
 def test_install_sets_the_policy(restore_policy: None) -> None:
-    tideloop.install()
-    policy = asyncio.get_event_loop_policy()
+    install()
+    policy = get_policy()
     assert isinstance(policy, tideloop.EventLoopPolicy)
     loop = asyncio.new_event_loop()
     try:
@@ -120,8 +142,36 @@ def test_install_sets_the_policy(restore_policy: None) -> None:
     assert asyncio.run(main()) is tideloop.Loop
 
 
+def test_install_warns_only_where_the_policy_is_deprecated(restore_policy: None) -> None:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tideloop.install()
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    if POLICY_DEPRECATED:
+        assert len(deprecations) == 1
+        assert "loop_factory=tideloop.new_event_loop" in str(deprecations[0].message)
+        assert deprecations[0].filename == __file__  # attributed to the caller
+    else:
+        assert deprecations == []
+
+
+def test_install_without_a_policy_system(
+    restore_policy: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where asyncio has no policy system (planned for 3.16), install() says what to use."""
+    monkeypatch.delattr(asyncio.events, "_set_event_loop_policy", raising=False)
+    monkeypatch.delattr(asyncio, "set_event_loop_policy")
+    with pytest.raises(RuntimeError, match=r"loop_factory=tideloop.new_event_loop"):
+        tideloop._runner.install_policy()
+
+
 def test_policy_class_is_an_asyncio_policy() -> None:
-    assert issubclass(tideloop.EventLoopPolicy, asyncio.events.BaseDefaultEventLoopPolicy)
+    base = getattr(asyncio.events, "_BaseDefaultEventLoopPolicy", None) or (
+        asyncio.events.BaseDefaultEventLoopPolicy
+    )
+    assert issubclass(tideloop.EventLoopPolicy, base)
     assert tideloop.EventLoopPolicy is tideloop.EventLoopPolicy  # built once
     with pytest.raises(AttributeError):
         tideloop.does_not_exist  # type: ignore[attr-defined]  # noqa: B018
@@ -252,8 +302,8 @@ def test_loop_is_an_abstract_event_loop() -> None:
 
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14 removed child watchers")
 def test_policy_has_the_child_watcher_api(restore_policy: None) -> None:
-    tideloop.install()
-    policy = asyncio.get_event_loop_policy()
+    install()
+    policy = get_policy()
     # It is asyncio's own Unix default policy, with tideloop loops.
     assert isinstance(policy, asyncio.DefaultEventLoopPolicy)
     watcher = asyncio.ThreadedChildWatcher()  # type: ignore[attr-defined,unused-ignore]

@@ -1,6 +1,7 @@
 """``python -m tideloop SCRIPT [ARGS...]``: run an unmodified asyncio program on tideloop.
 
-Layer: top. The event loop policy is switched to tideloop (`install`) and the
+Layer: top. The event loop policy is switched to tideloop (`install_policy`,
+without `install`'s deprecation warning on 3.14+) and the
 script runs as ``__main__`` with ``sys.argv`` and ``sys.path[0]`` set as
 ``python SCRIPT`` would set them, so its ``asyncio.run()``,
 ``asyncio.new_event_loop()`` and ``asyncio.get_event_loop()`` get tideloop
@@ -15,7 +16,8 @@ import os
 import runpy
 import sys
 
-from . import __version__, install
+from . import __version__
+from ._runner import install_policy
 from ._stats import StatsCollector
 
 USAGE = """\
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("a script or -m MODULE is needed")
     if args[0] == "-m" and len(args) < 2:
         return _fail("-m needs a module name")
-    install()
+    install_policy()
     if not stats:
         _run(args)
         return 0

@@ -7,11 +7,19 @@ tasks, async generator and executor shutdown are exactly asyncio's).
 (``asyncio.new_event_loop()``, ``asyncio.get_event_loop()``, ``asyncio.run``
 without ``loop_factory``).
 
-Python 3.14 deprecates the policy system: touching
-``asyncio.DefaultEventLoopPolicy`` or calling ``asyncio.set_event_loop_policy``
-warns. So the policy class is built on first use, from the base class under
-whichever name the running Python has, and `install` uses the non-warning
-setter where one exists. Importing tideloop touches none of it.
+Python 3.14 deprecates the policy system (removal is planned for 3.16):
+touching ``asyncio.DefaultEventLoopPolicy`` or calling
+``asyncio.set_event_loop_policy`` warns. So the policy class is built on
+first use, from the base class under whichever name the running Python has,
+and importing tideloop touches none of it. What `install` means per version:
+
+- 3.11-3.13: it sets the policy; no warning.
+- 3.14, 3.15: it still sets the policy (through asyncio's non-warning
+  setter), and warns with a DeprecationWarning of its own, pointing at
+  `run` / ``asyncio.run(main, loop_factory=tideloop.new_event_loop)``, the
+  entry points that do not depend on the policy. ``python -m tideloop``
+  installs the policy without warning: the user did not ask for the policy.
+- A Python without the policy system: RuntimeError, saying what to use.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import sys
+import warnings
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
@@ -47,7 +56,9 @@ def _policy_base() -> type[Any]:
     if base is None:
         base = getattr(asyncio.events, "_BaseDefaultEventLoopPolicy", None)
     if base is None:
-        base = asyncio.events.BaseDefaultEventLoopPolicy
+        base = getattr(asyncio.events, "BaseDefaultEventLoopPolicy", None)
+    if base is None:
+        raise RuntimeError(NO_POLICY_MESSAGE)
     return cast(type[Any], base)
 
 
@@ -70,10 +81,36 @@ def policy_class() -> type[Any]:
     return _policy_class
 
 
+#: What `install` and ``python -m tideloop`` say where the policy is gone.
+NO_POLICY_MESSAGE = (
+    "this Python has no asyncio event loop policy for tideloop.install() to set: use "
+    "tideloop.run(main()) or asyncio.run(main(), loop_factory=tideloop.new_event_loop)"
+)
+
+
 def install() -> None:
-    """Make the asyncio policy create tideloop loops, for code that uses it."""
-    policy = policy_class()()
+    """Make the asyncio policy create tideloop loops, for code that uses it.
+
+    Deprecated on Python 3.14+, as asyncio's policy system is: prefer
+    ``tideloop.run(main())`` or ``asyncio.run(main(), loop_factory=...)``.
+    """
+    if hasattr(asyncio.events, "_set_event_loop_policy"):
+        warnings.warn(
+            "tideloop.install() sets asyncio's event loop policy, which Python 3.14 "
+            "deprecates (removal is planned for 3.16): use tideloop.run(main()) or "
+            "asyncio.run(main(), loop_factory=tideloop.new_event_loop)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    install_policy()
+
+
+def install_policy() -> None:
+    """`install` without its deprecation warning (for ``python -m tideloop``)."""
+    # 3.14+: the setter that does not warn; before, the public one.
     setter = getattr(asyncio.events, "_set_event_loop_policy", None)
     if setter is None:
-        setter = asyncio.set_event_loop_policy
-    setter(policy)
+        setter = getattr(asyncio, "set_event_loop_policy", None)
+    if setter is None:
+        raise RuntimeError(NO_POLICY_MESSAGE)
+    setter(policy_class()())

@@ -202,3 +202,31 @@ def refused_exception_holders(
     exc = caught.pop()
     assert isinstance(exc, ConnectionRefusedError)
     return [ref for ref in gc.get_referrers(exc) if not isinstance(ref, types.FrameType)]
+
+
+def stdlib_error(action: Callable[[asyncio.Transport], object]) -> BaseException:
+    """The exception the stdlib loop's socket transport raises for *action* on this Python.
+
+    Error texts change between releases, patch releases included: tests
+    compare tideloop's with this, not with a string fixed in the test.
+    """
+    loop = asyncio.SelectorEventLoop()
+    a, b = socket.socketpair()
+    try:
+
+        async def main() -> BaseException:
+            transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+            try:
+                action(transport)
+            except BaseException as exc:
+                return exc
+            finally:
+                transport.abort()
+                await asyncio.sleep(0)
+            raise AssertionError(f"the stdlib loop's transport accepted {action!r}")
+
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+        a.close()
+        b.close()

@@ -9,13 +9,21 @@ import contextvars
 import logging
 import socket
 import struct
+from asyncio import selector_events
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from net_support import Echo, Recorder, captured_asyncio_logs, close_server, recording_factory
+from net_support import (
+    Echo,
+    Recorder,
+    captured_asyncio_logs,
+    close_server,
+    recording_factory,
+    stdlib_error,
+)
 
 SIZES = [1, 1024, 65536, 1024 * 1024, 10 * 1024 * 1024]
 
@@ -169,12 +177,19 @@ def test_write_memoryview_of_wider_items(loop: asyncio.AbstractEventLoop) -> Non
 
 
 def test_write_rejects_non_bytes(loop: asyncio.AbstractEventLoop) -> None:
+    messages: list[str] = []
+
     async def main() -> None:
         async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, _client):
-            with pytest.raises(TypeError, match="data argument must be a bytes-like object"):
+            with pytest.raises(TypeError) as caught:
                 transport.write("text")  # type: ignore[arg-type]
+            messages.append(str(caught.value))
 
     loop.run_until_complete(main())
+    # The message changed in a 3.13 patch release: it is asyncio's of this Python.
+    expected = stdlib_error(lambda transport: transport.write("text"))  # type: ignore[arg-type]
+    assert type(expected) is TypeError
+    assert messages == [str(expected)]
 
 
 def test_buffered_protocol(loop: asyncio.AbstractEventLoop) -> None:
@@ -444,10 +459,18 @@ class ContextRecorder(Recorder):
         super().resume_writing()
 
 
+#: 3.15 (gh-140947): a socket transport keeps the context it was made in and
+#: runs every callback of its protocol there; before, each reader or writer
+#: registration (and each call_soon) copied its caller's context. Read off the
+#: stdlib's code.
+TRANSPORT_CONTEXT = "context" in selector_events._SelectorTransport.__init__.__code__.co_varnames
+
+
 def test_data_received_runs_in_the_context_that_resumed_reading(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    """asyncio's resume_reading() adds a reader Handle, which copies the caller's context."""
+    """Before 3.15, resume_reading() adds a reader Handle, which copies the caller's context;
+    from 3.15 on, data_received() runs in the transport's own context."""
 
     async def main() -> None:
         async with tcp_session(loop, Echo, lambda: ContextRecorder(loop)) as (transport, client):
@@ -457,7 +480,10 @@ def test_data_received_runs_in_the_context_that_resumed_reading(
             run_as("resumer", transport.resume_reading)
             transport.write(b"2")
             await client.wait_for_bytes(2)
-            assert client.read_in == ["creator", "resumer"]
+            if TRANSPORT_CONTEXT:
+                assert client.read_in == ["creator", "creator"]
+            else:
+                assert client.read_in == ["creator", "resumer"]
 
     loop.run_until_complete(main())
 
@@ -465,7 +491,8 @@ def test_data_received_runs_in_the_context_that_resumed_reading(
 def test_resume_writing_runs_in_the_context_of_the_write_that_waited(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    """Each write() that has to wait adds a writer Handle in its own context (asyncio)."""
+    """Before 3.15, each write() that has to wait adds a writer Handle in its own context;
+    from 3.15 on, resume_writing() runs in the transport's own context."""
     big = b"w" * (8 * 1024 * 1024)  # more than the socket pair takes at once
 
     async def main() -> None:
@@ -481,10 +508,47 @@ def test_resume_writing_runs_in_the_context_of_the_write_that_waited(
                         while b.recv(1 << 20):
                             pass
                     await asyncio.sleep(0.001)
-            assert client.resumed_in == ["first writer", "second writer"]
+            if TRANSPORT_CONTEXT:
+                assert client.resumed_in == ["creator", "creator"]
+            else:
+                assert client.resumed_in == ["first writer", "second writer"]
         finally:
             transport.close()
             await client.lost
+            b.close()
+
+    loop.run_until_complete(main())
+
+
+def test_connection_lost_context_after_close(loop: asyncio.AbstractEventLoop) -> None:
+    """connection_lost() after close(): before 3.15 in the context of the close() call (a
+    call_soon copies it); from 3.15 on in the transport's own context (gh-140947)."""
+
+    class LostRecorder(ContextRecorder):
+        def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+            super().__init__(loop)
+            self.made_in: list[str] = []
+            self.lost_in: list[str] = []
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.made_in.append(WHO.get())
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.lost_in.append(WHO.get())
+            super().connection_lost(exc)
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        try:
+            WHO.set("connector")
+            transport, client = await loop.create_connection(lambda: LostRecorder(loop), sock=a)
+            WHO.set("creator")
+            run_as("closer", transport.close)
+            await client.lost
+            assert client.made_in == ["connector"]
+            assert client.lost_in == (["connector"] if TRANSPORT_CONTEXT else ["closer"])
+        finally:
             b.close()
 
     loop.run_until_complete(main())

@@ -298,8 +298,10 @@ def test_signal_caught_by_the_child(loop: asyncio.AbstractEventLoop) -> None:
 
     async def main() -> None:
         code = (
-            "import signal, sys\n"
-            "signal.signal(signal.SIGUSR1, lambda *a: print('got usr1', flush=True))\n"
+            # os.write, not print: the signal may arrive while print('ready')
+            # is still flushing, and 3.14's buffered writer refuses reentry.
+            "import os, signal, sys\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: os.write(1, b'got usr1\\n'))\n"
             "print('ready', flush=True)\n"
             "sys.stdin.readline()\n"
             "sys.stdin.readline()\n"
@@ -318,17 +320,30 @@ def test_signal_caught_by_the_child(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_signals_after_the_process_finished(loop: asyncio.AbstractEventLoop) -> None:
-    """After wait() has returned, kill/terminate/send_signal raise ProcessLookupError."""
+    """Once the transport has finished (connection_lost: exited, pipes closed),
+    kill/terminate/send_signal raise ProcessLookupError. (wait() may return
+    before that, at the exit: then they do nothing.)"""
+
+    class Finished(asyncio.SubprocessProtocol):
+        def __init__(self) -> None:
+            self.lost = loop.create_future()
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            self.lost.set_result(exc)
 
     async def main() -> None:
-        async with child(asyncio.create_subprocess_exec(*py("pass"), stdout=PIPE)) as proc:
-            assert await proc.wait() == 0
+        transport, protocol = await loop.subprocess_exec(Finished, *py("pass"), stdout=PIPE)
+        try:
+            assert await protocol.lost is None
+            assert transport.get_returncode() == 0
             with pytest.raises(ProcessLookupError):
-                proc.kill()
+                transport.kill()
             with pytest.raises(ProcessLookupError):
-                proc.terminate()
+                transport.terminate()
             with pytest.raises(ProcessLookupError):
-                proc.send_signal(signal.SIGUSR1)
+                transport.send_signal(signal.SIGUSR1)
+        finally:
+            transport.close()
 
     run(loop, main())
 
@@ -888,10 +903,12 @@ def test_exit_while_a_grandchild_holds_the_pipes(loop: asyncio.AbstractEventLoop
         run(loop, main())
 
 
+@pytest.mark.divergence("wait-returns-at-exit")
 def test_wait_with_a_grandchild_holding_the_pipes(loop: asyncio.AbstractEventLoop) -> None:
-    """Process.wait() started before the child exits waits for the pipes too (the transport's
-    end); returncode is set at the exit; wait() started after the exit returns at once;
-    signals between exit and end are no-ops."""
+    """Process.wait() started before the child exits returns at the exit, while a grandchild
+    still holds the pipes (gh-119710); returncode is set then; wait() started after the exit
+    returns at once; signals after the exit are no-ops; the pipes end when the grandchild
+    lets go."""
     r, w = pipe_files()
     with closing_all(r, w), subreaper():
 
@@ -914,15 +931,14 @@ def test_wait_with_a_grandchild_holding_the_pipes(loop: asyncio.AbstractEventLoo
                     await spin()
                     assert not early.done()
                     proc.stdin.write(b"exit now\n")
-                    await until(lambda: proc.returncode is not None, what="returncode")
+                    assert await asyncio.wait_for(early, 5.0) == 0
                     assert proc.returncode == 0
                     assert await asyncio.wait_for(proc.wait(), 1.0) == 0
                     proc.send_signal(signal.SIGUSR1)
                     proc.terminate()
                     await asyncio.sleep(0.1)
-                    assert not early.done()
+                    assert not proc.stdout.at_eof()  # the grandchild still holds it
                     w.close()
-                    assert await early == 0
                     assert await proc.stdout.read() == b""
                 finally:
                     w.close()

@@ -12,7 +12,7 @@ Every TLS test runs through two *routes* (the `tls` fixture):
   today; once the loop wires ``ssl=`` to the module, the ``api`` route runs
   the same code.
 
-Certificates come from trustme at test time. Raw peers (a blocking
+Certificates come from `certs` (the ``openssl`` tool) at test time. Raw peers (a blocking
 ``ssl.SSLSocket`` in a thread) stand in for peers that asyncio would never
 be, e.g. one that closes TCP without sending close_notify.
 """
@@ -29,10 +29,9 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import trustme
-
 from tideloop._transports import tls as tlsmod
 
+import certs
 import net_support
 
 #: Bound on any single wait in these tests: a hang fails fast instead of
@@ -50,17 +49,17 @@ ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 class Certs:
     """Contexts made from throwaway CAs."""
 
-    ca: trustme.CA
+    ca: certs.CA
     server: ssl.SSLContext  # localhost / 127.0.0.1 / ::1, signed by `ca`
     client: ssl.SSLContext  # trusts `ca`, checks host names
     untrusted_server: ssl.SSLContext  # localhost, signed by another CA
     other_name_server: ssl.SSLContext  # signed by `ca`, but for example.org only
-    client_cert: trustme.LeafCert  # a client certificate signed by `ca`
+    client_cert: certs.LeafCert  # a client certificate signed by `ca`
 
 
 def make_certs() -> Certs:
-    ca = trustme.CA()
-    other = trustme.CA()
+    ca = certs.CA()
+    other = certs.CA()
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("localhost", "127.0.0.1", "::1").configure_cert(server)
     client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
@@ -468,6 +467,37 @@ def bio_server_handshake(
             if outgoing.pending:
                 conn.sendall(outgoing.read())
             incoming.write(conn.recv(65536))
+
+
+def ssl_error_for_bad_record(certs: Certs, record: bytes) -> ssl.SSLError:
+    """The SSLError this Python's ssl module raises when a client reads *record*.
+
+    Both ends over memory BIOs, no loop: this is what asyncio's SSL protocol
+    (and tideloop's) gets from OpenSSL. Reason names differ between OpenSSL
+    releases (3.6 says RECORD_LAYER_FAILURE where 3.0 says
+    DECRYPTION_FAILED_OR_BAD_RECORD_MAC), so tests compare with this.
+    """
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = certs.client.wrap_bio(c_in, c_out, server_hostname="localhost")
+    server = certs.server.wrap_bio(s_in, s_out, server_side=True)
+    done = [False, False]
+    while not all(done):
+        for i, obj in enumerate((client, server)):
+            if not done[i]:
+                try:
+                    obj.do_handshake()
+                    done[i] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    server.write(b"ok")
+    c_in.write(s_out.read() + record)
+    try:
+        while True:
+            client.read(65536)
+    except ssl.SSLError as exc:
+        return exc
 
 
 def tls_server_socket(conn: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:

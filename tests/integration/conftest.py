@@ -5,7 +5,7 @@ The loops come from the root conftest: a test that takes ``loop``,
 loop and tideloop with each poller), and the same test must pass on all of
 them. This file adds what several library tests share:
 
-* `tls_ca`: a throwaway certificate authority (trustme, in memory), and
+* `tls_ca`: a throwaway certificate authority (`certs`: made with the ``openssl`` tool), and
   `server_ssl_context` (a certificate for localhost / 127.0.0.1 / ::1) and
   `client_ssl_context` (verifying against that CA) built from it.
 * `postgres_server` (one per session): a real PostgreSQL server (Debian's
@@ -36,17 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
+
+import certs
 
 
 @pytest.fixture(scope="session")
-def tls_ca() -> trustme.CA:
+def tls_ca() -> certs.CA:
     """A throwaway certificate authority, trusted by `client_ssl_context` only."""
-    return trustme.CA()
+    return certs.CA()
 
 
 @pytest.fixture
-def server_ssl_context(tls_ca: trustme.CA) -> ssl.SSLContext:
+def server_ssl_context(tls_ca: certs.CA) -> ssl.SSLContext:
     """Serves a certificate for localhost, 127.0.0.1 and ::1 signed by `tls_ca`."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls_ca.issue_cert("localhost", "127.0.0.1", "::1").configure_cert(ctx)
@@ -54,7 +55,7 @@ def server_ssl_context(tls_ca: trustme.CA) -> ssl.SSLContext:
 
 
 @pytest.fixture
-def client_ssl_context(tls_ca: trustme.CA) -> ssl.SSLContext:
+def client_ssl_context(tls_ca: certs.CA) -> ssl.SSLContext:
     """Verifies certificates (and host names) against `tls_ca`."""
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     tls_ca.configure_trust(ctx)
@@ -69,7 +70,7 @@ class PostgresServer:
     port: int
     unix_dir: str  # asyncpg: host=unix_dir, port=port
     user: str
-    ca: trustme.CA
+    ca: certs.CA
 
     def client_ssl_context(self) -> ssl.SSLContext:
         """Verifies the server's certificate (issued for 127.0.0.1 and localhost)."""
@@ -110,7 +111,7 @@ def _wait_for_log(proc: subprocess.Popen[bytes], logfile: Path, marker: str, tim
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tls_ca: trustme.CA) -> Iterator[PostgresServer]:
+def postgres_server(tls_ca: certs.CA) -> Iterator[PostgresServer]:
     bindir = _postgres_bindir()
     if bindir is None or not (bindir / "initdb").exists():
         message = (

@@ -8,7 +8,7 @@ body. A `ClientSession` with a limited connection pool fetches hundreds of
 URLs concurrently through ``gather(..., return_exceptions=True)``, a few of
 them over 1 MiB, and every status, header and body is checked, as is the
 number of connections the pool opened. The same scenario runs over HTTP and
-over HTTPS (a trustme certificate). A client timeout against a handler that does not
+over HTTPS (a certificate from `certs`). A client timeout against a handler that does not
 answer checks cancellation through aiohttp's timeouts, and a client that
 drops its connection mid-body must get its handler cancelled. Files are
 served with ``FileResponse`` (which uses ``loop.sendfile``), whole and in

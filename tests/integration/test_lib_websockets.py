@@ -7,7 +7,7 @@ waits (on an event, not a sleep) until the server holds all of them,
 broadcasts, and checks that each client receives the broadcast and then the
 close code and reason the server chose. A third runs the echo over a Unix
 socket with ``unix_serve`` and checks ping/pong. The echo also runs over
-TLS (``wss://``, a trustme certificate).
+TLS (``wss://``, a certificate from `certs`).
 
 Each test runs on the stdlib loop and on tideloop (every poller) through the
 root conftest's ``loop`` fixture; leaks of fds and tasks fail the test.

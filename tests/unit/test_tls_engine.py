@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import trustme
 
 from tideloop._transports import tls as tlsmod
+
+import certs
 
 
 class MemoryTransport(asyncio.Transport):
@@ -101,7 +102,7 @@ class App(asyncio.Protocol):
 
 class Pair:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        ca = trustme.CA()
+        ca = certs.CA()
         server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ca.issue_cert("localhost").configure_cert(server_ctx)
         client_ctx = ssl.create_default_context()

@@ -206,11 +206,12 @@ def coroutine_stack(task: asyncio.Task[Any]) -> tuple[traceback.FrameSummary, ..
     if capture is not None:  # Python 3.14+
         graph = capture(task)
         if graph is not None:
+            # call_stack lists the innermost frame first.
             return tuple(
                 traceback.FrameSummary(
                     entry.frame.f_code.co_filename, entry.frame.f_lineno, entry.frame.f_code.co_name
                 )
-                for entry in graph.call_stack
+                for entry in reversed(graph.call_stack)
             )
     frames = []
     coro: Any = task.get_coro()

@@ -98,12 +98,30 @@ MAX_POLL_TIMEOUT: Final = 24 * 3600.0
 # 3.12 started running a custom exception handler in the context of the
 # handle/task it reports on.
 _HANDLER_IN_CONTEXT: Final = sys.version_info >= (3, 12)
-# 3.14 (and late 3.13 releases) forward arbitrary keyword arguments from
-# create_task() to the task factory / Task (e.g. eager_start). Follow the
-# stdlib of the running Python rather than a version number.
-_CREATE_TASK_KWARGS: Final = bool(
-    asyncio.BaseEventLoop.create_task.__code__.co_flags & 0x08  # CO_VARKEYWORDS
-)
+# How create_task() hands its keywords to a task factory differs between
+# releases, patch releases included; follow the running Python's stdlib,
+# read off its create_task's code object rather than a version number:
+# - LEGACY (3.11 .. early 3.13): create_task(coro, *, name=None, context=None);
+#   a factory gets (loop, coro) or (loop, coro, context=...), then the task
+#   is renamed.
+# - NAMED_KWARGS (later 3.13 releases): the same plus **kwargs, which go to
+#   the factory with context; name still does not, the task is renamed.
+# - KWARGS (3.14+): create_task(coro, **kwargs); every keyword, name
+#   included, goes to the factory (or to Task) and nothing is renamed.
+_CT_LEGACY: Final = 0
+_CT_NAMED_KWARGS: Final = 1
+_CT_KWARGS: Final = 2
+
+
+def _create_task_mode() -> int:
+    code = asyncio.BaseEventLoop.create_task.__code__
+    if not code.co_flags & 0x08:  # CO_VARKEYWORDS
+        return _CT_LEGACY
+    kwonly = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    return _CT_NAMED_KWARGS if "name" in kwonly else _CT_KWARGS
+
+
+_CREATE_TASK_MODE: Final = _create_task_mode()
 
 
 #: Whether this module runs as Python (it has frames) or compiled by mypyc
@@ -832,7 +850,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if factory is None and not kwargs:
             # The common case: no name, context or factory to consider.
             task = asyncio.Task(c, loop=self)
-        elif _CREATE_TASK_KWARGS:
+        elif _CREATE_TASK_MODE == _CT_KWARGS:
             # 3.14 semantics: every keyword goes to the factory or to Task.
             if factory is not None:
                 task = factory(self, coro, **kwargs)
@@ -841,21 +859,23 @@ class CoreLoop(asyncio.AbstractEventLoop):
         else:
             name = kwargs.pop("name", None)
             context = kwargs.pop("context", None)
-            if kwargs:
+            if kwargs and _CREATE_TASK_MODE == _CT_LEGACY:
                 raise TypeError(
                     f"{type(self).__name__}.create_task() got an unexpected keyword "
                     f"argument {next(iter(kwargs))!r}"
                 )
             if factory is not None:
-                # Factories written for 3.10 take (loop, coro) only.
-                if context is None:
-                    task = factory(self, coro)
-                else:
-                    task = factory(self, coro, context=context)
+                # Factories written for 3.10 take (loop, coro) only: context
+                # is passed only when given, as asyncio does.
+                if context is not None:
+                    kwargs["context"] = context
+                task = factory(self, coro, **kwargs)
+                # 3.13 renames the task to 'None' when no name is given:
+                # tideloop does not (divergence factory-task-name-3.13).
                 if name is not None:
                     task.set_name(name)
                 return task
-            task = asyncio.Task(c, loop=self, name=name, context=context)
+            task = asyncio.Task(c, loop=self, name=name, context=context, **kwargs)
         if task._source_traceback:  # type: ignore[attr-defined]
             trim(task._source_traceback, 1)  # type: ignore[attr-defined]
         return task

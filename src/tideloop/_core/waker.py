@@ -7,8 +7,9 @@ whose callback is ``drain()``.
 Facts / what this means for us:
 
 - Linux has eventfd: one fd, an 8-byte counter, one syscall per wake
-  (`EventfdWaker`). Other platforms get a non-blocking socketpair
-  (`SocketpairWaker`, what asyncio uses everywhere). `make_waker` picks.
+  (`EventfdWaker`). Other platforms, and Pythons without ``os.eventfd``
+  (PyPy), get a non-blocking socketpair (`SocketpairWaker`, what asyncio
+  uses everywhere). `make_waker` picks.
 - A wake that finds one already pending need not write again: the fd is
   still readable, so the poll will return. ``_pending`` coalesces wakes; this
   is what keeps ``call_soon_threadsafe`` from many threads from costing one
@@ -32,7 +33,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Protocol
+from typing import Final, Protocol
 
 
 class Waker(Protocol):
@@ -129,8 +130,12 @@ if sys.platform == "linux":
             os.close(fd)
 
 
+#: Whether this Python can make an eventfd (CPython 3.10+ on Linux; not PyPy).
+HAS_EVENTFD: Final = hasattr(os, "eventfd")
+
+
 def make_waker() -> Waker:
-    if sys.platform == "linux":
+    if sys.platform == "linux" and HAS_EVENTFD:
         return EventfdWaker()
     else:  # mypy skips platform-guarded code only as an if/else branch
         return SocketpairWaker()

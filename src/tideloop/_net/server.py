@@ -27,10 +27,12 @@ Facts / what this means for us:
   the same, once per event (asyncio keeps looping up to ``backlog`` times,
   logging and scheduling a retry each time), and the retry timer is
   cancelled if the server closes meanwhile. ECONNABORTED (the client gave up
-  while queued) just ends the batch.
+  while queued) skips that connection, as asyncio 3.13.x+ does.
 - An accepted connection's transport is built right in the accept callback,
   in a fresh copy of the context (asyncio builds it in a new task, which also
-  runs it in a copy of the context): no task per connection.
+  runs it in a copy of the context): no task per connection. On 3.15 that
+  copy is of the context the server was created in, and the transport keeps
+  it for all its protocol's callbacks (gh-140947).
 - A listening AF_INET6 socket gets IPV6_V6ONLY, so binding "::" and
   "0.0.0.0" both works (Linux otherwise makes the IPv6 socket dual-stack).
   SO_REUSEADDR is on by default on POSIX (rebinding a port in TIME_WAIT).
@@ -68,6 +70,7 @@ from tideloop._core.handles import Handle
 from tideloop._fdio.dns import HAS_IPV6, AddrInfo, Resolver
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import check_ssl_socket
+from tideloop._transports.base import TRANSPORT_CONTEXT
 from tideloop._transports.factory import TransportMethods
 
 from .connect import ProtocolFactory
@@ -112,6 +115,10 @@ class Server(asyncio.AbstractServer):
         self._ssl_shutdown_timeout = ssl_shutdown_timeout
         self._serving = False
         self._serving_forever_fut: asyncio.Future[None] | None = None
+        # 3.15: connections get copies of the context the server was made in.
+        self._context: contextvars.Context | None = (
+            contextvars.copy_context() if TRANSPORT_CONTEXT else None
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sockets={self.sockets!r}>"
@@ -303,7 +310,9 @@ class ServerMethods(TransportMethods):
                 if self._debug:
                     logger.debug("%r got a new connection from %r: %r", server, addr, conn)
                 conn.setblocking(False)
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            except ConnectionAbortedError:
+                continue  # aborted before we accepted it: take the next
+            except (BlockingIOError, InterruptedError):
                 return  # the accept queue is empty
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
@@ -331,8 +340,13 @@ class ServerMethods(TransportMethods):
                 )
                 return
             else:
-                # A fresh context per connection, as a task would have.
-                contextvars.copy_context().run(
+                # A fresh context per connection, as a task would have; on
+                # 3.15 a copy of the server's, which the transport keeps.
+                server_context = None if server is None else server._context
+                context = (
+                    contextvars.copy_context() if server_context is None else server_context.copy()
+                )
+                context.run(
                     self._accept_one,
                     protocol_factory,
                     conn,
@@ -341,6 +355,7 @@ class ServerMethods(TransportMethods):
                     server,
                     ssl_handshake_timeout,
                     ssl_shutdown_timeout,
+                    context if server_context is not None else None,
                 )
 
     def _accept_one(  # noqa: PLR0917 (called through Context.run, positionally)
@@ -352,6 +367,7 @@ class ServerMethods(TransportMethods):
         server: Server | None,
         ssl_handshake_timeout: float | None,
         ssl_shutdown_timeout: float | None,
+        context: contextvars.Context | None,
     ) -> None:
         protocol = None
         transport: asyncio.BaseTransport | None = None
@@ -371,10 +387,13 @@ class ServerMethods(TransportMethods):
                     server=server,
                     ssl_handshake_timeout=ssl_handshake_timeout,
                     ssl_shutdown_timeout=ssl_shutdown_timeout,
+                    context=context,
                 )
                 waiter.add_done_callback(functools.partial(self._tls_accepted, protocol, transport))
             else:
-                transport = self._make_socket_transport(conn, protocol, extra=extra, server=server)
+                transport = self._make_socket_transport(
+                    conn, protocol, extra=extra, server=server, context=context
+                )
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:

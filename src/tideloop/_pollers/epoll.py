@@ -17,6 +17,9 @@ Layer: pollers. Facts that shape this module:
   EINTR itself (PEP 475), running Python signal handlers first. That is
   exactly the interface's ``poll``, so ``poll`` *is* that builtin, bound:
   the loop calls it once per iteration with no Python frame in between.
+- PyPy's ``select.epoll.poll`` rejects ``None`` (TypeError: "must be real
+  number") and takes ``-1`` for "block"; it too rounds up to milliseconds.
+  There ``poll`` is a small function that maps None to -1 (`_blocking_none`).
 - Level-triggered mode: a ready fd keeps being reported until drained, which
   is what asyncio's reader/writer semantics assume.
 """
@@ -26,6 +29,20 @@ from __future__ import annotations
 import select
 import sys
 from collections.abc import Callable
+from typing import Final
+
+#: Whether ``epoll.poll`` needs -1 instead of None to block (PyPy).
+_POLL_NEEDS_MINUS_ONE: Final = sys.implementation.name == "pypy"
+
+
+def _blocking_none(
+    poll: Callable[[float], list[tuple[int, int]]],
+) -> Callable[[float | None], list[tuple[int, int]]]:
+    def poll_none_blocks(timeout: float | None) -> list[tuple[int, int]]:
+        return poll(-1.0 if timeout is None else timeout)
+
+    return poll_none_blocks
+
 
 # mypy checks the class on Linux only, where select.epoll exists.
 if sys.platform == "linux":
@@ -38,7 +55,9 @@ if sys.platform == "linux":
             self._ep = ep = select.epoll()
             # maxevents keeps its default (FD_SETSIZE - 1 events per call);
             # more ready fds are reported by the next call (level-triggered).
-            self.poll: Callable[[float | None], list[tuple[int, int]]] = ep.poll
+            self.poll: Callable[[float | None], list[tuple[int, int]]] = (
+                _blocking_none(ep.poll) if _POLL_NEEDS_MINUS_ONE else ep.poll
+            )
 
         def fileno(self) -> int:
             return self._ep.fileno()

@@ -38,11 +38,12 @@ import asyncio
 import asyncio.protocols  # mypyc refers to base classes through their own modules
 import asyncio.transports
 import collections
+import contextvars
 import socket
 import warnings
-from asyncio import trsock
+from asyncio import selector_events, trsock
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
@@ -65,6 +66,16 @@ def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
             extra["peername"] = None
 
 
+#: Python 3.15 (gh-140947): a socket transport is made with a context (a copy
+#: of its creator's, or of its server's) and runs every callback of its
+#: protocol in it; before, each reader or writer registration and each
+#: call_soon copied its caller's context. Read off the stdlib's code, which
+#: is the spec.
+TRANSPORT_CONTEXT: Final = (
+    "context" in selector_events._SelectorTransport.__init__.__code__.co_varnames  # type: ignore[attr-defined]
+)
+
+
 class ConnectionTracker(Protocol):
     """The server side of a transport's lifetime (``asyncio.Server``'s hooks)."""
 
@@ -85,7 +96,9 @@ class FdTransport(asyncio.BaseTransport):
       a copy of the context that started or resumed reading,
       ``resume_writing()`` (and ``connection_lost()`` after a ``close()``
       that waited for the buffer) in a copy of the context of the
-      ``write()`` that had to wait. The write buffer, too, is made at the
+      ``write()`` that had to wait. On 3.15 a socket transport has a context
+      of its own (``_context``; see `TRANSPORT_CONTEXT`) and every Handle and
+      call_soon of it runs there instead. The write buffer, too, is made at the
       first write that waits: most connections never do, and the buffer and
       the write Handle made up for 980 of the 2,640 bytes a connection cost;
     - ``pause_reading``/``resume_reading``/``is_reading``;
@@ -117,6 +130,7 @@ class FdTransport(asyncio.BaseTransport):
         "_closer",
         "_closing",
         "_conn_lost",
+        "_context",
         "_fd",
         "_fd_closed",
         "_fds",
@@ -157,6 +171,10 @@ class FdTransport(asyncio.BaseTransport):
         self._fd = fd
         self._closer = closer
         self._server = server
+        # None: each registration copies its caller's context (before 3.15,
+        # and every pipe); else the context of all of this transport's
+        # callbacks.
+        self._context: contextvars.Context | None = None
         self._buffer = None
         self._buffer_size = 0
         self._conn_lost = 0
@@ -196,7 +214,7 @@ class FdTransport(asyncio.BaseTransport):
     def _start_reading(self) -> None:
         if self._reader_on or self._closing or self._paused or self._fd_closed:
             return
-        self._fds.set_reader(self._fd, Handle(self._read_ready, (), self._loop, None))
+        self._fds.set_reader(self._fd, Handle(self._read_ready, (), self._loop, self._context))
         self._reader_on = True
 
     def _stop_reading(self) -> None:
@@ -209,7 +227,7 @@ class FdTransport(asyncio.BaseTransport):
             return
         # Waits are rare (the send that found the socket full): a Handle per
         # wait costs little and copies the writer's context, as asyncio does.
-        self._fds.set_writer(self._fd, Handle(self._write_ready, (), self._loop, None))
+        self._fds.set_writer(self._fd, Handle(self._write_ready, (), self._loop, self._context))
         self._writer_on = True
 
     def _read_ready(self) -> None:
@@ -273,7 +291,7 @@ class FdTransport(asyncio.BaseTransport):
         if not self._buffer:
             self._conn_lost += 1
             self._stop_writing()
-            self._loop.call_soon(self._call_connection_lost, None)
+            self._loop.call_soon(self._call_connection_lost, None, context=self._context)
 
     def abort(self) -> None:
         self._force_close(None)
@@ -306,7 +324,7 @@ class FdTransport(asyncio.BaseTransport):
             self._closing = True
             self._stop_reading()
         self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
+        self._loop.call_soon(self._call_connection_lost, exc, context=self._context)
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         if self._fd_closed:

@@ -18,6 +18,7 @@ an existing stream transport and its protocol.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 import ssl as _ssl
 from asyncio import constants
@@ -26,7 +27,7 @@ from typing import Any
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
-from .base import ConnectionTracker
+from .base import TRANSPORT_CONTEXT, ConnectionTracker
 from .datagram import DatagramTransport
 from .stream import SocketTransport
 from .tls import SSLTransport, TLSProtocol
@@ -49,9 +50,12 @@ class TransportMethods(CoreLoop):
         *,
         extra: dict[str, Any] | None = None,
         server: ConnectionTracker | None = None,
+        context: contextvars.Context | None = None,
     ) -> SocketTransport:
         self._fds.check_no_transport(sock)
-        return SocketTransport(self, sock, protocol, waiter, extra, server, fds=self._fds)
+        return SocketTransport(
+            self, sock, protocol, waiter, extra, server, fds=self._fds, context=context
+        )
 
     def _make_ssl_transport(
         self,
@@ -66,6 +70,7 @@ class TransportMethods(CoreLoop):
         server: ConnectionTracker | None = None,
         ssl_handshake_timeout: float | None = constants.SSL_HANDSHAKE_TIMEOUT,
         ssl_shutdown_timeout: float | None = constants.SSL_SHUTDOWN_TIMEOUT,
+        context: contextvars.Context | None = None,
     ) -> SSLTransport:
         tls = TLSProtocol(
             self,
@@ -77,7 +82,7 @@ class TransportMethods(CoreLoop):
             ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout,
         )
-        self._make_socket_transport(rawsock, tls, extra=extra, server=server)
+        self._make_socket_transport(rawsock, tls, extra=extra, server=server, context=context)
         app_transport = tls._app_transport
         assert app_transport is not None
         return app_transport
@@ -124,8 +129,12 @@ class TransportMethods(CoreLoop):
         server_side: bool = False,
         ssl_handshake_timeout: float | None = None,
         ssl_shutdown_timeout: float | None = None,
+        context: contextvars.Context | None = None,
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
         sock.setblocking(False)
+        if TRANSPORT_CONTEXT and context is None:
+            # 3.15: the transport keeps a copy of its creator's context.
+            context = contextvars.copy_context()
         protocol = protocol_factory()
         waiter: asyncio.Future[None] = self.create_future()
         transport: asyncio.Transport
@@ -141,12 +150,13 @@ class TransportMethods(CoreLoop):
                     server_hostname=server_hostname,
                     ssl_handshake_timeout=ssl_handshake_timeout,
                     ssl_shutdown_timeout=ssl_shutdown_timeout,
+                    context=context,
                 )
             except BaseException:
                 sock.close()
                 raise
         else:
-            transport = self._make_socket_transport(sock, protocol, waiter)
+            transport = self._make_socket_transport(sock, protocol, waiter, context=context)
         try:
             await waiter
         except BaseException:

@@ -63,6 +63,7 @@ import asyncio
 import asyncio.protocols  # mypyc refers to base classes through their own modules
 import asyncio.transports
 import collections
+import contextvars
 import os
 import socket
 from asyncio import constants
@@ -117,6 +118,25 @@ _SHUT_WR: Final = socket.SHUT_WR
 _TCP_FAMILIES: Final = (socket.AF_INET, getattr(socket, "AF_INET6", socket.AF_INET))
 
 
+def _stdlib_write_type_error() -> str:
+    """The start of the stdlib's TypeError message for write(non-bytes).
+
+    A patch release changed it (3.13.x: "a bytes-like object" became "a
+    bytes, bytearray, or memoryview object"); users and tests match on it,
+    so it is read off the running stdlib's own write().
+    """
+    from asyncio import selector_events
+
+    write = selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
+    for const in write.__code__.co_consts:
+        if isinstance(const, str) and const.startswith("data argument must be"):
+            return const
+    return "data argument must be a bytes-like object, not "
+
+
+_WRITE_TYPE_ERROR: Final = _stdlib_write_type_error()
+
+
 def set_nodelay(sock: socket.socket) -> None:
     if (
         hasattr(socket, "TCP_NODELAY")
@@ -165,11 +185,13 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         server: ConnectionTracker | None = None,
         *,
         fds: FdRegistry,
+        context: contextvars.Context | None = None,
     ) -> None:
         # Set first: __del__ reads it even if the constructor fails.
         self._fd_closed = True
         fd = sock.fileno()
         super().__init__(loop, fds, fd, extra, server, sock.close)
+        self._context = context
         socket_extra(self._extra, sock)
         self._sock = sock
         self.set_protocol(protocol)  # also sets the read mode and its switch point
@@ -181,11 +203,11 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         fds.transports[fd] = self
         set_nodelay(sock)
 
-        loop.call_soon(protocol.connection_made, self)
+        loop.call_soon(protocol.connection_made, self, context=context)
         # Reading starts only once connection_made() has run.
-        loop.call_soon(self._start_reading)
+        loop.call_soon(self._start_reading, context=context)
         if waiter is not None:
-            loop.call_soon(_set_result_unless_cancelled, waiter, None)
+            loop.call_soon(_set_result_unless_cancelled, waiter, None, context=context)
 
     # ------------------------------------------------------------------
     # Protocol and reading
@@ -299,9 +321,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
             if isinstance(data, memoryview):
                 data = _byte_view(data)
             elif not isinstance(data, (bytes, bytearray)):
-                raise TypeError(
-                    f"data argument must be a bytes-like object, not {type(data).__name__!r}"
-                )
+                raise TypeError(f"{_WRITE_TYPE_ERROR}{type(data).__name__!r}")
         if self._eof:
             raise RuntimeError("Cannot call write() after write_eof()")
         if self._empty_waiter is not None:

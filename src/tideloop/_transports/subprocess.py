@@ -11,14 +11,16 @@ The protocol sees, in this order: ``connection_made``; then, in the order
 they happened, ``pipe_data_received(fd, data)``,
 ``pipe_connection_lost(fd, exc)`` and ``process_exited()``; and last
 ``connection_lost(None)``, once the process has exited *and* every pipe has
-closed. ``Process.wait()`` (``_wait``) returns only then: a child that exits
-while a grandchild still holds its stdout keeps ``wait()`` waiting, as in
-asyncio.
+closed. ``Process.wait()`` (``_wait``) returns as soon as the process has
+exited, even while a grandchild still holds its stdout (gh-119710; asyncio
+before that fix waited for the pipes too: ``tests/divergences.py``,
+"wait-returns-at-exit").
 
 - ``close()`` closes the pipes and, if the child is still running, kills
   it (``Popen.kill()``, SIGKILL); the exit is still reaped and reported.
 - ``send_signal``/``terminate``/``kill`` signal the pid with ``os.kill``, and
-  a child that has already been reaped is not an error. (asyncio before 3.13
+  never once the child has been reaped: its pid may belong to another
+  process by then. (asyncio before 3.13
   went through ``Popen.send_signal``, which may reap the child itself and so
   lose its exit status to the watcher; ``tests/divergences.py``,
   "send-signal-never-reaps".)
@@ -128,7 +130,10 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         self._proc: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
         self._returncode: int | None = None
-        self._exit_waiters: list[asyncio.Future[int]] | None = []
+        self._exit_waiters: set[asyncio.Future[int]] | None = set()
+        # Set when the watcher has reaped the child: from then on its pid is
+        # not ours to signal.
+        self._reaped = False
         self._pending_calls: list[tuple[Callable[..., object], tuple[Any, ...]]] | None = []
         # Connecting the pipes failed: the protocol never hears of this child.
         self._connect_failed = False
@@ -264,7 +269,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             if proto is not None and proto.pipe is not None:
                 proto.pipe.close()
         proc = self._proc
-        if proc is not None and self._returncode is None and _is_running(proc.pid):
+        if proc is not None and not self._reaped and _is_running(proc.pid):
             if self._loop._debug:
                 logger.warning("Close running child process: kill %r", self)
             try:
@@ -290,6 +295,8 @@ class SubprocessTransport(asyncio.SubprocessTransport):
 
     def send_signal(self, signal: int) -> None:
         proc = self._check_proc()
+        if self._reaped:
+            return  # the pid may have been reused already
         try:
             os.kill(proc.pid, signal)
         except ProcessLookupError:
@@ -331,21 +338,35 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             proc.returncode = returncode
         self._call(self._protocol.process_exited)
         self._try_finish()
+        # Waiters wake at exit, not when the pipes close too: a grandchild
+        # may hold them for as long as it lives.
+        waiters = self._exit_waiters
+        self._exit_waiters = None
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(returncode)
 
     def _child_exited(self, pid: int, returncode: int) -> None:
-        """The watcher's callback; one iteration later, as asyncio."""
+        """The watcher's callback (the child is reaped); one iteration later, as asyncio."""
+        self._reaped = True
         self._loop.call_soon(self._process_exited, returncode)
 
     async def _wait(self) -> int:
-        """The return code, once the process has exited and its pipes closed."""
+        """The return code, once the process has exited."""
         if self._returncode is not None:
             return self._returncode
         waiters = self._exit_waiters
-        if waiters is None:  # finished, yet no return code: cannot happen
+        if waiters is None:  # no return code, yet woken: cannot happen
             raise ProcessLookupError()
         waiter: asyncio.Future[int] = self._loop.create_future()
-        waiters.append(waiter)
-        return await waiter
+        waiters.add(waiter)
+        try:
+            return await waiter
+        finally:
+            # A cancelled wait must not stay in the set until exit.
+            if self._exit_waiters is not None:
+                self._exit_waiters.discard(waiter)
 
     def _try_finish(self) -> None:
         if self._finished or self._returncode is None:
@@ -363,12 +384,6 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             if not self._connect_failed:
                 self._protocol.connection_lost(exc)
         finally:
-            waiters = self._exit_waiters
-            self._exit_waiters = None
-            if waiters:
-                for waiter in waiters:
-                    if not waiter.cancelled():
-                        waiter.set_result(self._returncode)  # type: ignore[arg-type]
             self._proc = None
             self._protocol = None
 
