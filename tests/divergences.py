@@ -49,6 +49,66 @@ STDLIB_WAIT_RETURNS_AT_EXIT = "_exit_waiters" in _names(
 STDLIB_WRITELINES_PAUSES = "_maybe_pause_protocol" in _names(
     selector_events._SelectorSocketTransport.writelines  # type: ignore[attr-defined]
 )
+#: Does sendfile() start at *offset* even when it is 0, and leave the file
+#: position at offset + sent even when nothing was sent (3.13.x, 3.14)?
+#: The fallback's first statement became ``if hasattr(file, 'seek')``.
+STDLIB_SENDFILE_SETS_POSITION = (
+    base_events.BaseEventLoop._sendfile_fallback.__code__.co_names[:1] == ("hasattr",)  # type: ignore[attr-defined]
+)
+#: Does a cancelled Server.serve_forever() close the server's connections
+#: before waiting for them (3.13.x, 3.14)?
+STDLIB_SERVE_FOREVER_CLOSES_CLIENTS = "close_clients" in _names(base_events.Server.serve_forever)
+
+
+def _stdlib_closes_socket_without_transport() -> bool:
+    """Does asyncio close the socket when its protocol factory fails (gh-153133, 3.14)?"""
+    closed: list[bool] = []
+
+    class Sock:
+        def setblocking(self, flag: bool) -> None:
+            pass
+
+        def close(self) -> None:
+            closed.append(True)
+
+    def factory() -> None:
+        raise ZeroDivisionError
+
+    # The factory fails before the method touches its loop (self).
+    coro = base_events.BaseEventLoop._create_connection_transport(  # type: ignore[attr-defined]
+        None, Sock(), factory, None, None
+    )
+    try:
+        coro.send(None)
+    except ZeroDivisionError:
+        pass
+    finally:
+        coro.close()
+    return bool(closed)
+
+
+STDLIB_CLOSES_SOCKET_WITHOUT_TRANSPORT = _stdlib_closes_socket_without_transport()
+
+
+def _stores(func: object, name: str) -> int:
+    """How many times *func*'s code assigns the local *name*."""
+    import dis
+
+    return sum(
+        1
+        for i in dis.get_instructions(func)  # type: ignore[arg-type]
+        if i.opname.startswith("STORE_FAST") and name in str(i.argval)
+    )
+
+
+#: Does a failed start_tls() drop its waiter, so that no cycle keeps the
+#: transport alive (gh-159049: ``waiter = None`` on the error path)?
+STDLIB_START_TLS_NO_CYCLE = _stores(base_events.BaseEventLoop.start_tls, "waiter") > 1
+#: Does start_tls() move a StreamReader's buffered bytes into the TLS
+#: protocol (gh-142352)?
+STDLIB_START_TLS_TAKES_BUFFER = "_stream_reader" in _names(base_events.BaseEventLoop.start_tls) or (
+    "_stream_reader" in base_events.BaseEventLoop.start_tls.__code__.co_consts
+)
 #: Does the datagram transport subtract the 8 header bytes it adds per queued
 #: datagram (3.13 patch releases, 3.14)?
 STDLIB_DATAGRAM_HEADER_FIXED = hasattr(
@@ -200,6 +260,36 @@ DIVERGENCES: dict[str, Divergence] = {
         "completing it, so sendfile() never returns (and an InvalidStateError is logged).",
         why="A hang is never the intended behaviour.",
     ),
+    "sendfile-sets-file-position": Divergence(
+        what="sendfile()/sock_sendfile() read the file from *offset* even when it is 0, and "
+        "leave the file's position at offset + bytes sent even when nothing was sent; "
+        "asyncio before 3.13.x starts from the file's current position when offset is 0, "
+        "and leaves the position alone when nothing was sent.",
+        why="offset=0 says where to start; a file left at some other position must not "
+        "change what is sent. Later releases do this too.",
+        versions="3.11, 3.12, early 3.13 releases",
+        holds=not STDLIB_SENDFILE_SETS_POSITION,
+    ),
+    "serve-forever-closes-clients": Divergence(
+        what="On Python 3.13, a cancelled Server.serve_forever() closes the server's "
+        "connections before it waits for them; asyncio 3.13.0 only closes the server, and "
+        "its wait_closed() then waits for as long as a client keeps its connection open.",
+        why="Cancelling serve_forever() (Ctrl+C) must end it; later 3.13 releases and 3.14 "
+        "close the clients too (gh-123720). On 3.12 the server counts its connections "
+        "without tracking them, as asyncio 3.12's does, so it cannot close them there.",
+        versions="3.13 releases before gh-123720",
+        holds=sys.version_info >= (3, 13) and not STDLIB_SERVE_FOREVER_CLOSES_CLIENTS,
+    ),
+    "socket-closed-without-transport": Divergence(
+        what="When create_connection() (or connect_accepted_socket(), or the Unix variants) "
+        "gets its socket connected but then fails to make the transport (the protocol "
+        "factory raises, say), the socket is closed, a socket passed as sock= included; "
+        "asyncio before 3.14 leaves it open (for the garbage collector to close, with a "
+        "ResourceWarning).",
+        why="A socket nobody owns is a leaked fd; 3.14 closes it too (gh-153133).",
+        versions="3.11-3.13",
+        holds=not STDLIB_CLOSES_SOCKET_WITHOUT_TRANSPORT,
+    ),
     "start-serving-after-close": Divergence(
         what="Server.start_serving() on a closed server does nothing; asyncio raises "
         "TypeError ('NoneType' object is not iterable) from its internals.",
@@ -292,6 +382,26 @@ DIVERGENCES: dict[str, Divergence] = {
         "timeout) for a client that is only pausing its reading.",
         why="Pausing reading must not stop the handshake, which the application has already "
         "been told has completed.",
+    ),
+    "failed-tls-no-refcycles": Divergence(
+        what="When a TLS handshake fails (start_tls() or create_connection(ssl=...)), the "
+        "exception raised holds no reference cycle through the transport: the transport "
+        "is freed as soon as the caller drops it. asyncio before gh-159049 keeps it in a "
+        "cycle (frame, waiter, exception, traceback) that only the garbage collector frees.",
+        why="Until a collection the cycle keeps the transport, its socket object and the "
+        "protocol alive; 3.14 breaks it too.",
+        versions="3.11-3.13",
+        holds=not STDLIB_START_TLS_NO_CYCLE,
+    ),
+    "start-tls-buffered-data": Divergence(
+        what="A streams server's start_tls() hands what its StreamReader has buffered (the "
+        "client's first TLS record, read with the STARTTLS line) to the TLS handshake; "
+        "asyncio before gh-142352 leaves it in the reader, and the handshake waits for a "
+        "record that already came.",
+        why="The handshake would hang until its timeout; 3.14 (and late 3.13 releases) "
+        "do this too.",
+        versions="3.11-3.13 releases before gh-142352",
+        holds=not STDLIB_START_TLS_TAKES_BUFFER,
     ),
     "tls-writelines-type-check": Divergence(
         what="writelines() on a TLS transport with an item that is not bytes-like raises "

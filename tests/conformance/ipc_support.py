@@ -288,6 +288,28 @@ def zombie_children() -> list[int]:
     return found
 
 
+def wait_until_zombie(pid: int, timeout: float = 10.0) -> None:
+    """Block until child *pid* has exited, without reaping it (it stays a zombie).
+
+    ``os.waitid(WEXITED | WNOWAIT)`` where this Python has it; PyPy has no
+    ``os.waitid``, so there this polls the child's state in /proc/PID/stat.
+    """
+    if hasattr(os, "waitid"):
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        return
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(f"/proc/{pid}/stat") as f:
+            # pid (comm) state ...: comm may contain spaces, so split after ')'.
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"child {pid} did not exit within {timeout} s")
+        time.sleep(0.002)
+
+
 _PR_SET_CHILD_SUBREAPER = 36
 
 

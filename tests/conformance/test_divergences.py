@@ -15,6 +15,7 @@ import gc
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ import pytest
 import tideloop
 
 from divergences import DIVERGENCES
+from ipc_support import wait_until_zombie
 
 
 def stdlib_loop() -> asyncio.AbstractEventLoop:
@@ -354,6 +356,55 @@ def check_sendfile_transport_closed() -> None:
         b.close()
 
 
+def check_sendfile_sets_file_position() -> None:
+    import io
+
+    loop = stdlib_loop()
+    a, b = socket.socketpair()
+
+    async def main() -> None:
+        f = io.BytesIO(b"abcdef")  # no fileno: the fallback
+        f.seek(3)
+        assert await loop.sock_sendfile(a, f, 0) == 3  # asyncio: from the position, not 0
+        a.close()
+        assert b.recv(100) == b"def"
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        a.close()
+        b.close()
+
+
+def check_serve_forever_closes_clients() -> None:
+    from test_net_server import _cancel_serve_forever_with_a_hanging_client
+
+    loop = stdlib_loop()
+    try:
+        # asyncio: the cancelled serve_forever() waits for the client.
+        assert not loop.run_until_complete(_cancel_serve_forever_with_a_hanging_client(loop))
+    finally:
+        loop.close()
+
+
+def check_socket_closed_without_transport() -> None:
+    loop = stdlib_loop()
+    a, b = socket.socketpair()
+
+    def factory() -> asyncio.Protocol:
+        raise ZeroDivisionError
+
+    try:
+        with pytest.raises(ZeroDivisionError):
+            loop.run_until_complete(loop.create_connection(factory, sock=a))
+        assert a.fileno() != -1  # asyncio: left open
+    finally:
+        loop.close()
+        a.close()
+        b.close()
+
+
 def check_start_serving_after_close() -> None:
     loop = stdlib_loop()
 
@@ -500,7 +551,7 @@ def check_send_signal_never_reaps() -> None:
 
     popen = subprocess.Popen(["true"])
     try:
-        os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOWAIT)  # a zombie now
+        wait_until_zombie(popen.pid)  # a zombie now
         fake = types.SimpleNamespace(_proc=popen, _check_proc=lambda: None)
         base_subprocess.BaseSubprocessTransport.send_signal(fake, signal.SIGTERM)  # type: ignore[arg-type]
         assert popen.returncode == 0  # Popen reaped it: a watcher would find nothing
@@ -536,13 +587,21 @@ def check_wait_returns_at_exit() -> None:
     loop = stdlib_loop()
 
     async def main() -> None:
-        # sh exits at once; the sleep it started keeps sh's stdout open.
+        # sh exits after a line on stdin; the sleep it started keeps sh's
+        # stdout open. The wait starts before the exit (a wait started after
+        # it returns at once, in every version).
         proc = await asyncio.create_subprocess_exec(
-            "sh", "-c", "sleep 30 & echo $!", stdout=asyncio.subprocess.PIPE
+            "sh",
+            "-c",
+            "sleep 30 & echo $!; read line",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stdin is not None
         grandchild = int(await proc.stdout.readline())
         waiting = asyncio.ensure_future(proc.wait())
+        await asyncio.sleep(0.05)
+        proc.stdin.write(b"exit\n")
         try:
             with pytest.raises(TimeoutError):  # asyncio: wait() waits for the pipes too
                 await asyncio.wait_for(asyncio.shield(waiting), 0.5)
@@ -794,6 +853,59 @@ def check_tls_delivery_at_most_256k() -> None:
         loop.close()
 
 
+def check_start_tls_buffered_data() -> None:
+    from test_tls_start_tls import streams_start_tls_after_buffering
+
+    loop = stdlib_loop()
+    try:
+        with pytest.raises(TimeoutError):  # asyncio: the handshake waits for the hello
+            loop.run_until_complete(streams_start_tls_after_buffering(loop, _certs(), 1.0))
+    finally:
+        loop.close()
+
+
+def check_failed_tls_no_refcycles() -> None:
+    import gc
+    import weakref
+
+    loop = stdlib_loop()
+    certs = _certs()
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+
+    def server() -> None:
+        conn, _ = lsock.accept()
+        try:
+            certs.untrusted_server.wrap_socket(conn, server_side=True)
+        except OSError:
+            pass
+        conn.close()
+
+    thread = threading.Thread(target=server)
+    thread.start()
+
+    async def main() -> weakref.ref[asyncio.BaseTransport]:
+        transport, protocol = await loop.create_connection(asyncio.Protocol, *lsock.getsockname())
+        ref = weakref.ref(transport)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await loop.start_tls(transport, protocol, certs.client, server_hostname="localhost")
+        del transport
+        return ref
+
+    gc.collect()
+    gc.disable()
+    try:
+        ref = loop.run_until_complete(main())
+        assert ref() is not None  # asyncio: kept alive by a cycle
+    finally:
+        gc.enable()
+        gc.collect()
+        thread.join()
+        lsock.close()
+        loop.close()
+
+
 def check_tls_closed_twice() -> None:
     loop = stdlib_loop()
 
@@ -831,6 +943,9 @@ CHECKS: dict[str, Callable[[], None]] = {
     "getaddrinfo-literal-inline": check_getaddrinfo_literal_inline,
     "recv-size-adaptive": check_recv_size_adaptive,
     "sendfile-transport-closed": check_sendfile_transport_closed,
+    "sendfile-sets-file-position": check_sendfile_sets_file_position,
+    "serve-forever-closes-clients": check_serve_forever_closes_clients,
+    "socket-closed-without-transport": check_socket_closed_without_transport,
     "start-serving-after-close": check_start_serving_after_close,
     "zero-length-datagrams": check_zero_length_datagrams,
     "datagram-transport-class-3.11": check_datagram_transport_class,
@@ -846,6 +961,8 @@ CHECKS: dict[str, Callable[[], None]] = {
     "tls-data-before-error": check_tls_data_before_error,
     "tls-delivery-at-most-256k": check_tls_delivery_at_most_256k,
     "tls-closed-twice": check_tls_closed_twice,
+    "start-tls-buffered-data": check_start_tls_buffered_data,
+    "failed-tls-no-refcycles": check_failed_tls_no_refcycles,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import time
@@ -455,3 +456,36 @@ def test_happy_eyeballs_failure_leaves_no_reference_cycles(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
     assert refused_exception_holders(loop, 0.25) == []
+
+
+@pytest.mark.divergence("socket-closed-without-transport")
+def test_socket_closed_when_no_transport_is_made(loop: asyncio.AbstractEventLoop) -> None:
+    """A protocol factory that raises: the error reaches the caller, and the socket (the
+    caller's own, or the one create_connection made) is closed, not leaked."""
+
+    def factory() -> asyncio.Protocol:
+        raise ZeroDivisionError
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        try:
+            with pytest.raises(ZeroDivisionError):
+                await loop.create_connection(factory, sock=a)
+            assert a.fileno() == -1
+            with pytest.raises(ZeroDivisionError):
+                await loop.connect_accepted_socket(factory, b)
+            assert b.fileno() == -1
+        finally:
+            a.close()
+            b.close()
+        # A listener that never accepts: the kernel queues the connection, so
+        # the only new fd would be create_connection's own socket.
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            before = set(os.listdir("/proc/self/fd"))
+            with pytest.raises(ZeroDivisionError):
+                await loop.create_connection(factory, *listener.getsockname())
+            assert set(os.listdir("/proc/self/fd")) <= before
+
+    loop.run_until_complete(main())

@@ -304,3 +304,35 @@ def test_loop_sendfile_peer_closes_midway(loop: asyncio.AbstractEventLoop, tmp_p
         await close_server(server)
 
     loop.run_until_complete(main())
+
+
+@pytest.mark.divergence("sendfile-sets-file-position")
+def test_sendfile_offset_zero_and_the_file_position(
+    loop: asyncio.AbstractEventLoop, data_file: BinaryIO
+) -> None:
+    """offset=0 means the start of the file, wherever its position is; the position ends
+    at offset + sent, also when nothing was sent. Native and fallback paths alike."""
+
+    async def main() -> None:
+        # sock_sendfile, native (a regular file) and fallback (BytesIO).
+        for f in (data_file, io.BytesIO(DATA)):
+            server, sock, protos = await sink_and_socket(loop)
+            f.seek(123)
+            assert await loop.sock_sendfile(sock, f, 0) == len(DATA)
+            assert f.tell() == len(DATA)
+            f.seek(5)
+            assert await loop.sock_sendfile(sock, f, len(DATA)) == 0  # nothing to send
+            assert f.tell() == len(DATA)
+            assert await finish(server, sock, protos[0]) == DATA
+        # loop.sendfile, native and fallback.
+        for f in (data_file, io.BytesIO(DATA)):
+            server, transport, client, protos = await transport_pair(loop)
+            f.seek(123)
+            assert await loop.sendfile(transport, f, 0) == len(DATA)
+            assert f.tell() == len(DATA)
+            f.seek(5)
+            assert await loop.sendfile(transport, f, len(DATA)) == 0
+            assert f.tell() == len(DATA)
+            assert await finish_transport(server, transport, client, protos[0]) == DATA
+
+    loop.run_until_complete(main())

@@ -539,3 +539,37 @@ def test_unix_server_cleanup_socket_unknown_before_313(
         loop.run_until_complete(
             loop.create_unix_server(Echo, str(tmp_path / "z"), cleanup_socket=True)  # type: ignore[call-arg]
         )
+
+
+async def _cancel_serve_forever_with_a_hanging_client(loop: asyncio.AbstractEventLoop) -> bool:
+    """Cancel serve_forever() while a client keeps its connection: did the server end?"""
+    made = asyncio.Event()
+
+    class Proto(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            made.set()
+
+    server = await loop.create_server(Proto, "127.0.0.1", 0)
+    task = asyncio.ensure_future(server.serve_forever())
+    await asyncio.sleep(0)
+    sock = socket.create_connection(server.sockets[0].getsockname())
+    try:
+        await made.wait()
+        task.cancel()
+        try:
+            await asyncio.wait_for(server.wait_closed(), 1.0)
+        except TimeoutError:
+            return False
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return not server.is_serving()
+    finally:
+        sock.close()
+        if not task.done():
+            await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 1.0)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="servers track their connections from 3.13")
+@pytest.mark.divergence("serve-forever-closes-clients")
+def test_cancelled_serve_forever_closes_its_clients(loop: asyncio.AbstractEventLoop) -> None:
+    assert loop.run_until_complete(_cancel_serve_forever_with_a_hanging_client(loop))

@@ -334,3 +334,107 @@ def test_stream_writer_start_tls(loop: asyncio.AbstractEventLoop, certs: Certs) 
         await close_server(srv)
 
     tls.run(main())
+
+
+@pytest.mark.divergence("failed-tls-no-refcycles")
+def test_failed_start_tls_leaves_no_cycle(loop: asyncio.AbstractEventLoop, certs: Certs) -> None:
+    """After start_tls() fails verification, nothing but the caller keeps the transport:
+    with the garbage collector off, it is freed as soon as the caller lets go (gh-159049)."""
+    import gc
+    import weakref
+
+    made: list[StartTLSServer] = []
+
+    def factory() -> StartTLSServer:
+        made.append(StartTLSServer(Route("api", loop), certs.untrusted_server))
+        return made[-1]
+
+    async def main() -> weakref.ref[asyncio.BaseTransport]:
+        srv = await loop.create_server(factory, "127.0.0.1", 0)
+
+        # A protocol that keeps no exception (a Recorder would: a cycle of
+        # the test's own through connection_lost's argument).
+        class Plain(asyncio.Protocol):
+            def __init__(self) -> None:
+                self.answer: asyncio.Future[bytes] = loop.create_future()
+
+            def data_received(self, data: bytes) -> None:
+                if not self.answer.done():
+                    self.answer.set_result(data)
+
+        transport, client = await loop.create_connection(Plain, "127.0.0.1", port_of(srv))
+        ref = weakref.ref(transport)
+        transport.write(b"STARTTLS\n")
+        assert await asyncio.wait_for(client.answer, WAIT) == b"OK\n"
+        try:
+            await loop.start_tls(transport, client, certs.client, server_hostname="localhost")
+        except ssl.SSLCertVerificationError:
+            pass
+        else:
+            raise AssertionError("the handshake succeeded")
+        del transport, client
+        server = await first(made)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await asyncio.wait_for(server.upgraded, WAIT)
+        await asyncio.wait_for(server.lost, WAIT)
+        await close_server(srv)
+        return ref
+
+    gc.collect()
+    gc.disable()
+    try:
+        ref = loop.run_until_complete(main())
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
+async def streams_start_tls_after_buffering(
+    loop: asyncio.AbstractEventLoop, certs: Certs, timeout: float
+) -> bytes:
+    """A streams server reads STARTTLS, lets the client's first TLS record reach its
+    StreamReader, then upgrades; the client sends STARTTLS and its ClientHello at once.
+    What the server reads over TLS (TimeoutError if the handshake never completes)."""
+    got: asyncio.Future[bytes] = loop.create_future()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            assert await reader.readline() == b"STARTTLS\n"
+            await asyncio.sleep(0.1)  # the ClientHello arrives in the reader's buffer
+            await writer.start_tls(certs.server)
+            got.set_result(await reader.readline())
+        except Exception as exc:
+            if not got.done():
+                got.set_exception(exc)
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(handler, "127.0.0.1", 0)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port_of(srv))
+    upgrade = None
+    try:
+        writer.write(b"STARTTLS\n")
+        upgrade = asyncio.ensure_future(writer.start_tls(certs.client, server_hostname="localhost"))
+        await asyncio.wait_for(asyncio.shield(upgrade), timeout)
+        writer.write(b"over tls\n")
+        return await asyncio.wait_for(got, timeout)
+    finally:
+        if upgrade is not None and not upgrade.done():
+            upgrade.cancel()
+        writer.close()
+        await asyncio.gather(upgrade or asyncio.sleep(0), return_exceptions=True)
+        await asyncio.gather(got, return_exceptions=True)
+        if not got.done():
+            got.cancel()
+        srv.close()
+        srv.close_clients() if hasattr(srv, "close_clients") else None
+        await asyncio.wait_for(srv.wait_closed(), WAIT)
+
+
+@pytest.mark.divergence("start-tls-buffered-data")
+def test_stream_start_tls_takes_buffered_data(
+    loop: asyncio.AbstractEventLoop, certs: Certs
+) -> None:
+    assert loop.run_until_complete(streams_start_tls_after_buffering(loop, certs, WAIT)) == (
+        b"over tls\n"
+    )

@@ -9,7 +9,8 @@ tideloop run every one of them must produce a tideloop loop:
   modules call ``asyncio.set_event_loop_policy(None)`` in tearDown, after which
   asyncio builds a new policy from the *package attribute*
   ``asyncio.DefaultEventLoopPolicy`` (``events._init_event_loop_policy`` does
-  ``from . import DefaultEventLoopPolicy``). So that attribute is pointed at
+  ``from . import DefaultEventLoopPolicy``; 3.14+ takes
+  ``unix_events._DefaultEventLoopPolicy``). So those attributes are pointed at
   tideloop's policy class for the whole process, and the current policy reset;
 - ``asyncio.EventLoop`` (3.13+), the documented "default loop class" that tests
   pass as ``loop_factory``;
@@ -210,9 +211,18 @@ def install_tideloop(poller: str | None) -> dict[str, str]:
         policy_cls = type(
             "EventLoopPolicy", (policy_cls,), {"_loop_factory": staticmethod(factory)}
         )
-    asyncio.DefaultEventLoopPolicy = policy_cls
-    asyncio.set_event_loop_policy(None)
-    patched["asyncio.DefaultEventLoopPolicy"] = repr(policy_cls)
+    # 3.14+ builds the default policy from unix_events._DefaultEventLoopPolicy,
+    # and asyncio.DefaultEventLoopPolicy is a module __getattr__ that returns
+    # it with a DeprecationWarning (which a test checks): patch the former.
+    unix_events: Any = sys.modules.get("asyncio.unix_events")
+    if unix_events is not None and hasattr(asyncio.events, "_set_event_loop_policy"):
+        unix_events._DefaultEventLoopPolicy = policy_cls
+        patched["asyncio.unix_events._DefaultEventLoopPolicy"] = repr(policy_cls)
+    else:
+        asyncio.DefaultEventLoopPolicy = policy_cls
+        patched["asyncio.DefaultEventLoopPolicy"] = repr(policy_cls)
+    setter: Any = getattr(asyncio.events, "_set_event_loop_policy", None)
+    (setter or asyncio.set_event_loop_policy)(None)
 
     if hasattr(asyncio, "EventLoop"):
         loop_cls: type[Any] = tideloop.Loop

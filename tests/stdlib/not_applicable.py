@@ -100,6 +100,11 @@ ENTRIES: list[Entry] = [
     *_selector_classes("test_sock_lowlevel"),
     *_selector_classes("test_sendfile"),
     _variant_original(
+        "test_events.UnixPipeObjectSupportTests",
+        "TideloopUnixPipeObjectSupportTests",
+        "asyncio.SelectorEventLoop() in setUp",
+    ),
+    _variant_original(
         "test_buffered_proto.BufferedProtocolSelectorTests",
         "TideloopBufferedProtocolTests",
         "asyncio.SelectorEventLoop()",
@@ -453,6 +458,14 @@ ENTRIES: list[Entry] = [
         "unit tests of sslproto.SSLProtocol, the stdlib loop's TLS implementation, with "
         "mocked transports and SSL objects",
     ),
+    Entry(
+        "test_sslproto.*.test_create_connection_ssl_failed_certificate_no_cycles",
+        M,
+        "finds the transport by patching sslproto.SSLProtocol.connection_made, which tideloop's "
+        "TLS layer does not use; the same property (no cycle keeps the transport after a "
+        "failed handshake) is checked through start_tls by the next test, and by "
+        "tests/conformance/test_tls_start_tls.py::test_failed_start_tls_leaves_no_cycle",
+    ),
     # ================================================================ test_ssl
     Entry(
         "test_ssl.TestSSL.test_remote_shutdown_receives_trailing_data",
@@ -463,6 +476,65 @@ ENTRIES: list[Entry] = [
         "close_notify, or TCP FIN, while megabytes are still queued, and must get them all) "
         "is tests/conformance/test_tls_errors.py::test_peer_ends_first_while_we_still_send",
     ),
+    Entry(
+        "test_ssl.TestSSL.test_remote_shutdown_receives_trailing_data_on_slow_socket",
+        P,
+        "the slow-socket version of the above (3.14): it fills the backlog through the same "
+        "_test__append_write_backlog() hook and replaces the selector transport's _sock "
+        "once its private _read_ready_cb is None (a stdlib bug, gh-115514); the scenario is "
+        "tests/conformance/test_tls_errors.py::test_peer_ends_first_while_we_still_send",
+    ),
+    # ================================================================ test_futures
+    *[
+        Entry(
+            f"test_futures.{cls}.{test}",
+            L,
+            "a Future on SimpleEvilEventLoop, a BaseEventLoop subclass the test defines "
+            "(its call_soon mutates the future's callbacks): tests the C Future against "
+            "hostile loops, not the loop",
+        )
+        for cls in (
+            "CFutureDoneCallbackTests",
+            "CSubFutureDoneCallbackTests",
+            "PyFutureDoneCallbackTests",
+        )
+        for test in (
+            "test_evil_call_soon_list_mutation",
+            "test_use_after_free_on_fut_callback_0_with_evil__getattribute__",
+            "test_use_after_free_on_fut_context_0_with_evil__getattribute__",
+        )
+    ],
+    # ================================================================ test_base_events
+    Entry(
+        "test_base_events.*.test_create_connection_transport_error_closes_sock",
+        M,
+        "patches asyncio.base_events.socket so that create_connection() makes a Mock socket; "
+        "tideloop makes its sockets in its own module. The behaviour (the socket is closed "
+        "when the protocol factory fails) is checked with sock= by the test before it, and "
+        "by tests/conformance/test_net_connect.py::test_socket_closed_when_no_transport_is_made",
+    ),
+    Entry(
+        "test_base_events.*.test_create_connection_happy_eyeballs_empty_exceptions",
+        M,
+        "replaces asyncio.staggered.staggered_race with a mock that returns no winner and no "
+        "exceptions; tideloop races connections with its own RFC 8305 code, which always "
+        "reports the attempts' errors",
+    ),
+    # ================================================================ test_subprocess
+    *[
+        Entry(
+            f"test_subprocess.{test}",
+            P,
+            "reads loop._watcher, the 3.14 stdlib loop's child watcher object (its class, or "
+            "its _threads); tideloop's loops watch children with their own ChildWatcher "
+            "(pidfd, or a thread that waits without reaping: gh-127049 holds there too)",
+        )
+        for test in (
+            "SubprocessPidfdWatcherTests.test_watcher_implementation",
+            "SubprocessThreadedWatcherTests.test_watcher_implementation",
+            "SubprocessThreadedWatcherTests.test_pid_not_reaped_before_exit_published",
+        )
+    ],
     # ================================================================ test_events
     Entry(
         "test_events.Tideloop*EventLoopTests.test_timeout_rounding",

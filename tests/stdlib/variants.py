@@ -114,6 +114,15 @@ VARIANTS: list[Variant] = [
         "swap",
         swap="asyncio.selector_events:BaseSelectorEventLoop",
     ),
+    # 3.14+: a plain TestCase whose setUp builds asyncio.SelectorEventLoop().
+    Variant(
+        "test_events",
+        "UnixPipeObjectSupportTests",
+        "TideloopUnixPipeObjectSupportTests",
+        "default",
+        "swap",
+        swap="asyncio:SelectorEventLoop",
+    ),
     # test_runners: every test runs asyncio.run()/Runner through a policy whose
     # loops are mocked BaseEventLoops; the variants give them real loops.
     Variant("test_runners", "RunTests", "TideloopRunTests", "default", "runner_new_loop"),

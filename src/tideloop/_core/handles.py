@@ -45,8 +45,10 @@ if TYPE_CHECKING:
     from .run import CoreLoop
 
 __all__ = [
+    "THREADSAFE_LOCKS",
     "THREADSAFE_TRIM",
     "Handle",
+    "LockedRun",
     "ReadyQueue",
     "ThreadSafeHandle",
     "TimerHandle",
@@ -171,7 +173,32 @@ _stdlib_threadsafe: Any = getattr(asyncio.events, "_ThreadSafeHandle", None)
 #: What call_soon_threadsafe() constructs: that class where it exists, else
 #: our Handle.
 ThreadSafeHandle: Final[type[Handle]] = Handle if _stdlib_threadsafe is None else _stdlib_threadsafe
+#: Whether those handles lock around their run (see `LockedRun`).
+THREADSAFE_LOCKS: Final = _stdlib_threadsafe is not None
 
 #: Frames to trim off a ThreadSafeHandle's source traceback: the creating
 #: method's, plus _ThreadSafeHandle.__init__'s where that class exists.
 THREADSAFE_TRIM: Final = 1 if _stdlib_threadsafe is None else 2
+
+
+@python_class
+class LockedRun(Handle):
+    """The ready-queue entry of a ``_ThreadSafeHandle``: runs it through its ``_run()``.
+
+    asyncio's ``_ThreadSafeHandle`` holds its lock while its callback runs,
+    so that a ``cancel()`` or ``cancelled()`` from another thread waits for
+    the callback to finish (3.14's tests check this). The run phase calls
+    callbacks inline, without ``Handle._run``; rather than test every
+    handle's class there, a thread-safe handle is queued behind this entry,
+    whose callback is the handle's own ``_run`` (lock, cancelled check,
+    exception report naming the user's handle). It runs in the loop's bare
+    context: the handle's ``_run`` enters the handle's own. One more object
+    per ``call_soon_threadsafe``, none on the hot path.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        # Debug logs name the user's callback, not this entry.
+        inner = getattr(self._callback, "__self__", None)
+        return repr(inner) if inner is not None else super().__repr__()

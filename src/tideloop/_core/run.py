@@ -83,7 +83,15 @@ from . import debug as _debug
 from . import shutdown as _shutdown
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
-from .handles import THREADSAFE_TRIM, Handle, ReadyQueue, ThreadSafeHandle, TimerHandle
+from .handles import (
+    THREADSAFE_LOCKS,
+    THREADSAFE_TRIM,
+    Handle,
+    LockedRun,
+    ReadyQueue,
+    ThreadSafeHandle,
+    TimerHandle,
+)
 from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
 from .native import python_class
 from .timers import FAR_DELAY, TimerQueue
@@ -415,8 +423,12 @@ class CoreLoop(asyncio.AbstractEventLoop):
         handle = ThreadSafeHandle(callback, args, self, context)
         if handle._source_traceback:
             trim(handle._source_traceback, 1, others=THREADSAFE_TRIM - 1)
-        # The ready queue's append, or the schedule's admission (see __init__).
-        self._admit_threadsafe(handle)
+        # The ready queue's append, or the schedule's admission (see __init__);
+        # a locking handle goes behind an entry that runs it under its lock.
+        if THREADSAFE_LOCKS:
+            self._admit_threadsafe(LockedRun(handle._run, (), self, self._bare_context))
+        else:
+            self._admit_threadsafe(handle)
         self._waker.wake()
         return handle
 

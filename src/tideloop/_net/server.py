@@ -222,6 +222,13 @@ class Server(asyncio.AbstractServer):
         except asyncio.CancelledError:
             try:
                 self.close()
+                if _PY313:
+                    # wait_closed() waits for the connections too: close
+                    # them, or a client that hangs on keeps this cancelled
+                    # task waiting (gh-123720; asyncio before 3.13.x hangs:
+                    # divergence serve-forever-closes-clients).
+                    for transport in self._clients.copy():
+                        transport.close()
                 await self.wait_closed()
             finally:
                 raise

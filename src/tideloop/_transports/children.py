@@ -14,12 +14,17 @@ Facts / what this means for us:
   with other code that starts processes. ``waitpid(pid, 0)`` then returns at
   once. A pidfd can be opened for a zombie (a child that already exited),
   so there is no race between starting a child and watching it.
-- Elsewhere (older kernels, other systems, or where a seccomp policy
-  refuses pidfd_open) a thread per child blocks in ``waitpid(pid, 0)`` and
-  hands the status to the loop with ``call_soon_threadsafe``: asyncio's
-  ThreadedChildWatcher. SIGCHLD handlers are not used at all: there is
-  only one per process, it would conflict with other code, and it only
-  works in the main thread.
+- Elsewhere (older kernels, other systems, PyPy, or where a seccomp policy
+  refuses pidfd_open) a thread per child waits for it and tells the loop
+  with ``call_soon_threadsafe``: asyncio's ThreadedChildWatcher. The thread
+  waits with ``waitid(WEXITED | WNOWAIT)``, which does not reap: the pid
+  stays reserved (a zombie) until the loop's thread reaps it and publishes
+  the exit in one step, so a ``send_signal()`` in between can never reach a
+  recycled pid (gh-127049). Without ``waitid`` (PyPy) the thread must reap;
+  it does so under a lock that `send_signal` takes too, and remembers the
+  pid until the exit is published. SIGCHLD handlers are not used at all:
+  there is only one per process, it would conflict with other code, and it
+  only works in the main thread.
 - If someone else reaped the child first (a ``waitpid(-1)`` elsewhere in the
   program), the status is lost: asyncio then reports return code 255 with a
   warning, and so do we.
@@ -67,6 +72,8 @@ def _can_use_pidfd() -> bool:
 
 #: Whether this process can watch children with pidfds (checked once).
 HAS_PIDFD: Final = _can_use_pidfd()
+#: Whether a thread can wait for a child without reaping it (not on PyPy).
+HAS_WAITID: Final = hasattr(os, "waitid")
 
 _thread_ids = itertools.count()
 
@@ -84,7 +91,7 @@ def _reap(pid: int) -> int:
 
 
 class ChildWatcher:
-    __slots__ = ("_fds", "_loop", "_pidfds", "use_pidfd")
+    __slots__ = ("_fds", "_lock", "_loop", "_pidfds", "_reaped_early", "use_pidfd")
 
     def __init__(self, loop: CoreLoop, fds: FdRegistry, *, use_pidfd: bool = HAS_PIDFD) -> None:
         self._loop = loop
@@ -92,6 +99,20 @@ class ChildWatcher:
         self.use_pidfd = use_pidfd
         # pid -> pidfd, for children watched through pidfds and not yet reaped.
         self._pidfds: dict[int, int] = {}
+        # Without waitid: pids a thread has reaped whose exit the loop has not
+        # published yet, guarded by the lock `send_signal` takes.
+        self._lock = threading.Lock()
+        self._reaped_early: set[int] = set()
+
+    def send_signal(self, pid: int, sig: int) -> None:
+        """``os.kill(pid, sig)``, unless a watcher thread has reaped *pid* already."""
+        with self._lock:
+            if pid in self._reaped_early:
+                return  # exited: its pid may belong to another process by now
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
     def watch(self, pid: int, callback: ExitCallback) -> None:
         """Call ``callback(pid, returncode)`` in the loop once *pid* has exited."""
@@ -123,17 +144,40 @@ class ChildWatcher:
         callback(pid, returncode)
 
     def _wait_in_thread(self, pid: int, callback: ExitCallback) -> None:
-        returncode = _reap(pid)
+        if HAS_WAITID:
+            try:
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # reaped by someone else: _reap reports 255
+            self._post(pid, self._reap_and_publish, pid, callback)
+        else:
+            with self._lock:
+                returncode = _reap(pid)
+                self._reaped_early.add(pid)
+            self._post(pid, self._publish, pid, returncode, callback)
+
+    def _post(self, pid: int, func: Callable[..., object], *args: object) -> None:
+        """Hand *func* to the loop's thread (from a watcher thread)."""
         loop = self._loop
-        if loop.is_closed():
-            logger.warning("Loop %r that handles pid %r is closed", loop, pid)
-            return
-        if loop._debug:
-            logger.debug("process %s exited with returncode %s", pid, returncode)
         try:
-            loop.call_soon_threadsafe(callback, pid, returncode)
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(func, *args)
+                return
         except RuntimeError:  # closed since the check
-            logger.warning("Loop %r that handles pid %r is closed", loop, pid)
+            pass
+        logger.warning("Loop %r that handles pid %r is closed", loop, pid)
+        if HAS_WAITID:
+            _reap(pid)  # no zombie left behind
+
+    def _reap_and_publish(self, pid: int, callback: ExitCallback) -> None:
+        self._publish(pid, _reap(pid), callback)
+
+    def _publish(self, pid: int, returncode: int, callback: ExitCallback) -> None:
+        with self._lock:
+            self._reaped_early.discard(pid)
+        if self._loop._debug:
+            logger.debug("process %s exited with returncode %s", pid, returncode)
+        callback(pid, returncode)
 
     def close(self) -> None:
         for pid, pidfd in self._pidfds.items():

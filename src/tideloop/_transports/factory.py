@@ -131,16 +131,19 @@ class TransportMethods(CoreLoop):
         ssl_shutdown_timeout: float | None = None,
         context: contextvars.Context | None = None,
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
-        sock.setblocking(False)
-        if TRANSPORT_CONTEXT and context is None:
-            # 3.15: the transport keeps a copy of its creator's context.
-            context = contextvars.copy_context()
-        protocol = protocol_factory()
-        waiter: asyncio.Future[None] = self.create_future()
-        transport: asyncio.Transport
-        if ssl:
-            sslcontext = None if isinstance(ssl, bool) else ssl
-            try:
+        # The socket is closed if no transport comes to own it, whatever
+        # failed (gh-153133; asyncio before 3.14 closed it only when the TLS
+        # transport failed): the caller's socket included.
+        try:
+            sock.setblocking(False)
+            if TRANSPORT_CONTEXT and context is None:
+                # 3.15: the transport keeps a copy of its creator's context.
+                context = contextvars.copy_context()
+            protocol = protocol_factory()
+            waiter: asyncio.Future[None] = self.create_future()
+            transport: asyncio.Transport
+            if ssl:
+                sslcontext = None if isinstance(ssl, bool) else ssl
                 transport = self._make_ssl_transport(
                     sock,
                     protocol,
@@ -152,14 +155,17 @@ class TransportMethods(CoreLoop):
                     ssl_shutdown_timeout=ssl_shutdown_timeout,
                     context=context,
                 )
-            except BaseException:
-                sock.close()
-                raise
-        else:
-            transport = self._make_socket_transport(sock, protocol, waiter, context=context)
+            else:
+                transport = self._make_socket_transport(sock, protocol, waiter, context=context)
+        except BaseException:
+            sock.close()
+            raise
         try:
             await waiter
         except BaseException:
             transport.close()
+            # Break the cycle frame -> waiter -> exception -> traceback ->
+            # frame, which would keep the transport alive (gh-159049).
+            del waiter, transport, protocol, sock
             raise
         return transport, protocol

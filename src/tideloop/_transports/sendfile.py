@@ -140,8 +140,10 @@ class NativeSendfile:
 
     def _finish(self, result: int | None, exc: BaseException | None) -> None:
         self._unregister()
-        if self._total > 0:
-            os.lseek(self._fileno, self._offset, os.SEEK_SET)
+        # The file position ends at offset + what was sent, even when nothing
+        # was (asyncio since 3.13.x/3.14; earlier releases left it alone
+        # then: divergence sendfile-sets-file-position).
+        os.lseek(self._fileno, self._offset, os.SEEK_SET)
         fut = self.future
         if fut.done():
             return
@@ -334,7 +336,9 @@ class SendfileMethods(CoreLoop):
     async def _sock_sendfile_fallback(
         self, sock: socket.socket, file: Any, offset: int, count: int | None
     ) -> int:
-        if offset:
+        # Reading starts at *offset*, 0 included: the file's position does
+        # not matter (divergence sendfile-sets-file-position).
+        if hasattr(file, "seek"):
             file.seek(offset)
         # Read at call time: asyncio's tests lower it.
         blocksize = constants.SENDFILE_FALLBACK_READBUFFER_SIZE
@@ -421,7 +425,7 @@ class SendfileMethods(CoreLoop):
     async def _sendfile_fallback(
         self, transp: Any, file: Any, offset: int, count: int | None
     ) -> int:
-        if offset:
+        if hasattr(file, "seek"):  # as in _sock_sendfile_fallback
             file.seek(offset)
         blocksize = min(count, 16384) if count else 16384
         buf = bytearray(blocksize)
@@ -437,8 +441,10 @@ class SendfileMethods(CoreLoop):
                 read = await self.run_in_executor(None, file.readinto, view)
                 if not read:
                     return total_sent  # EOF
-                await proto.drain()
                 transp.write(view[:read])
+                # Drained after each write (asyncio 3.13.x+), so the buffer
+                # is under the high-water mark when sendfile() returns.
+                await proto.drain()
                 total_sent += read
         finally:
             if total_sent > 0 and hasattr(file, "seek"):

@@ -52,7 +52,7 @@ from typing import Any
 
 from tideloop._core.errors import logger
 
-from .children import ChildWatcher
+from .children import HAS_WAITID, ChildWatcher
 from .pipes import PipeMethods
 
 _FD = int
@@ -98,12 +98,36 @@ class _PipeProto(asyncio.Protocol):
 def _is_running(pid: int) -> bool:
     """Has child *pid* not exited yet? Asked without reaping it (the watcher must)."""
     if sys.platform == "linux":
-        try:
-            return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-        except ChildProcessError:
-            return False
+        if HAS_WAITID:
+            try:
+                return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            except ChildProcessError:
+                return False
+        return _proc_state(pid) not in ("Z", "X", "")
     else:  # no waitid: assume it runs (killing a zombie is harmless)
         return True
+
+
+def _proc_state(pid: int) -> str:
+    """The state letter of *pid* in ``/proc/PID/stat`` ("" if it is gone).
+
+    Facts / what this means for us: PyPy has no ``os.waitid``, so on PyPy
+    this is how `_is_running` asks, still without reaping. The state is the
+    field after the command name, which is in parentheses and may itself
+    contain spaces and parentheses (hence the last ")"); "Z" is a zombie
+    (exited, not yet reaped), "X" a dead one; without the file the child
+    has been reaped. Without /proc at all, assume it runs: close() then
+    kills a zombie, which is harmless.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        # Reaped by someone else, or no /proc here at all.
+        return "" if os.path.exists("/proc/self/stat") else "R"
+    except OSError:
+        return "R"
+    return stat[stat.rfind(b")") + 2 :][:1].decode("ascii", "replace")
 
 
 class SubprocessTransport(asyncio.SubprocessTransport):
@@ -272,6 +296,9 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         if proc is not None and not self._reaped and _is_running(proc.pid):
             if self._loop._debug:
                 logger.warning("Close running child process: kill %r", self)
+            # Popen.kill(), as asyncio (code and tests wrap it). Its poll()
+            # reaps only a child that has exited, which then gets no signal:
+            # a recycled pid cannot be hit, as Popen's waitpid would fail.
             try:
                 proc.kill()
             except (ProcessLookupError, PermissionError):
@@ -297,10 +324,8 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         proc = self._check_proc()
         if self._reaped:
             return  # the pid may have been reused already
-        try:
-            os.kill(proc.pid, signal)
-        except ProcessLookupError:
-            pass
+        # Through the watcher: a thread of its may be reaping it right now.
+        self._loop._children.send_signal(proc.pid, signal)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -821,13 +821,22 @@ class TLSProtocol(asyncio.BufferedProtocol):
         self._on_shutdown_complete(None)
 
     def _on_shutdown_complete(self, shutdown_exc: BaseException | None) -> None:
-        timer = self._shutdown_timer
-        if timer is not None:
-            self._shutdown_timer = None
-            timer.cancel()
         if shutdown_exc is not None:
+            timer = self._shutdown_timer
+            if timer is not None:
+                self._shutdown_timer = None
+                timer.cancel()
             self._fatal_error(shutdown_exc)
         elif self._transport is not None:
+            # The lower transport's close() flushes its write buffer first,
+            # which a peer that does not read can delay forever: the timeout
+            # stays armed (or starts, when the peer began the shutdown) until
+            # connection_lost (asyncio 3.14; earlier releases wait forever:
+            # divergence tls-shutdown-timeout-until-closed).
+            if self._shutdown_timer is None:
+                self._shutdown_timer = self._loop.call_later(
+                    self._shutdown_timeout, self._on_shutdown_timeout
+                )
             self._loop.call_soon(self._transport.close)
 
     def _abort(self, exc: BaseException | None) -> None:
@@ -1229,6 +1238,16 @@ async def start_tls(
     lower: Any = transport
     # Pause first, so that nothing is read before connection_made has run.
     lower.pause_reading()
+    if server_side and isinstance(protocol, asyncio.StreamReaderProtocol):
+        # A streams server that read a STARTTLS line may already hold the
+        # client's first TLS record in its StreamReader: it belongs to the
+        # handshake (gh-142352; asyncio before 3.13.x/3.14 leaves it there and
+        # the handshake waits forever: divergence start-tls-buffered-data).
+        reader = getattr(protocol, "_stream_reader", None)
+        buffered = None if reader is None else reader._buffer
+        if buffered:
+            tls._incoming.write(buffered)
+            buffered.clear()
     lower.set_protocol(tls)
     connection_made = loop.call_soon(tls.connection_made, lower)
     resume = loop.call_soon(lower.resume_reading)
@@ -1238,5 +1257,9 @@ async def start_tls(
         lower.close()
         connection_made.cancel()
         resume.cancel()
+        # The exception's traceback holds this frame: dropping the waiter
+        # (which holds the exception) breaks the cycle that would keep the
+        # transport alive until a garbage collection (gh-159049).
+        del waiter, tls, lower, transport
         raise
     return tls._app_transport
