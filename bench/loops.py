@@ -2,10 +2,7 @@
 
 ``asyncio`` is the stdlib's default loop on this platform (on Linux the
 selector loop on epoll), ``uvloop`` is uvloop (optional: the ``bench`` extra),
-``tideloop`` is this project, and ``tideloop-compiled`` the same source
-compiled with mypyc (setup.py's ``TIDELOOP_COMPILE=1`` build), built once per
-source tree and Python into ``bench/.build/compiled-*`` and imported from
-there by the workers.
+and ``tideloop`` is this project.
 
 ``tideloop@REF`` is tideloop as it was at git revision REF (``python -m bench
 --baseline REF``): its source tree is exported to ``bench/.build/`` and the
@@ -17,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import compileall
-import hashlib
 import importlib.metadata
 import importlib.util
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -38,13 +33,11 @@ __all__ = [
     "version",
 ]
 
-LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "tideloop", "tideloop-compiled")
+LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "tideloop")
 
 #: Where ``tideloop@REF`` is imported from, set by `export_baseline` and
 #: inherited by the worker processes.
 BASELINE_ENV = "TIDELOOP_BENCH_BASELINE"
-#: Where ``tideloop-compiled`` is imported from, set by `build_compiled`.
-COMPILED_ENV = "TIDELOOP_BENCH_COMPILED"
 _ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -72,32 +65,6 @@ def export_baseline(ref: str) -> str:
         )
     os.environ[BASELINE_ENV] = str(dest)
     return baseline_name(ref)
-
-
-def build_compiled() -> None:
-    """Build the mypyc build of the working tree's source (cached by content)."""
-    files = [_ROOT / "setup.py", *sorted((_ROOT / "src" / "tideloop").rglob("*.py"))]
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(str(f.relative_to(_ROOT)).encode() + b"\0" + f.read_bytes())
-    tag = f"{sys.implementation.cache_tag}-{digest.hexdigest()[:12]}"
-    dest = _ROOT / "bench" / ".build" / f"compiled-{tag}"
-    if not (dest / "done").exists():
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(_ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(_ROOT / "setup.py", dest)
-        shutil.copy(_ROOT / "pyproject.toml", dest)
-        shutil.copytree(_ROOT / "build_support", dest / "build_support")
-        print(f"building tideloop-compiled in {dest} (mypyc, about a minute)", file=sys.stderr)
-        subprocess.run(
-            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-            cwd=dest,
-            env={**os.environ, "TIDELOOP_COMPILE": "1"},
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        (dest / "done").touch()
-    os.environ[COMPILED_ENV] = str(dest / "src")
 
 
 def _import_from(path: str) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -128,8 +95,6 @@ def byte_compile(name: str) -> None:
         path = next(iter(spec.submodule_search_locations))
     elif name.startswith("tideloop@"):
         path = os.environ[BASELINE_ENV]
-    elif name == "tideloop-compiled":
-        path = os.environ[COMPILED_ENV]
     else:
         return
     compileall.compile_dir(path, quiet=1)
@@ -149,12 +114,6 @@ def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         return tideloop.new_event_loop
     if name.startswith("tideloop@"):
         return _import_from(os.environ[BASELINE_ENV])
-    if name == "tideloop-compiled":
-        new_event_loop = _import_from(os.environ[COMPILED_ENV])
-        import tideloop
-
-        assert tideloop.__compiled__, "tideloop-compiled imported a pure-Python build"
-        return new_event_loop
     raise ValueError(f"unknown loop {name!r} (known: {', '.join(LOOPS)})")
 
 
@@ -164,15 +123,6 @@ def unavailable_reason(name: str) -> str | None:
         return None
     if name.startswith("tideloop@"):
         return None if os.environ.get(BASELINE_ENV) else "no baseline exported"
-    if name == "tideloop-compiled":
-        if os.environ.get(COMPILED_ENV):
-            return None
-        if (
-            importlib.util.find_spec("mypyc") is None
-            or importlib.util.find_spec("setuptools") is None
-        ):
-            return "mypyc or setuptools is not installed (pip install -e '.[bench]')"
-        return None
     if importlib.util.find_spec(name) is None:
         return f"{name} is not installed (pip install -e '.[bench]')"
     return None
@@ -183,10 +133,6 @@ def version(name: str) -> str:
         return f"Python {platform.python_version()}"
     if name.startswith("tideloop@"):
         return name.partition("@")[2]
-    if name == "tideloop-compiled":
-        return (
-            f"{importlib.metadata.version('tideloop')} (mypyc {importlib.metadata.version('mypy')})"
-        )
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

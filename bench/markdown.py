@@ -2,14 +2,18 @@
 
     python -m bench.markdown bench/results/2026-11-24-vm.json
 
-Prints, for a run with the four loops (asyncio, uvloop, tideloop,
-tideloop-compiled): a line that says when, where and how the run was made;
+Prints, for a run with the three loops (asyncio, uvloop, tideloop): a line
+that says when, where and how the run was made;
 a Markdown table with every case (throughput per loop, the ratios, server
 CPU per operation, and memory per connection where measured); then the
 summary the README quotes: ratio ranges and medians by kind of row, the
 rows that meet the performance issue's targets, and the run-to-run spread
 (max - min over median of each loop's repeats). Nothing is selected by hand:
 the published table is this output.
+
+Runs made before the compiled (mypyc) build was retired also measured
+``tideloop-compiled``; their tables keep its columns and summary lines, so
+that a table published from such a run is still this output.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from bench import report
 TIMES = "\u00d7"
 DASH = "\u2013"
 
-LOOPS = ("asyncio", "uvloop", "tideloop", "tideloop-compiled")
+LOOPS = ("asyncio", "uvloop", "tideloop")
+#: The retired compiled build, in runs made before it was retired.
+COMPILED = "tideloop-compiled"
 
 #: Row titles by workload; "{size}" and "{conns}" come from the case's params.
 TITLES: dict[str, str] = {
@@ -89,9 +95,14 @@ def title(case: dict[str, Any]) -> str:
     )
 
 
+def has_compiled(cases: Sequence[dict[str, Any]]) -> bool:
+    """Whether the run measured the retired compiled build."""
+    return any(r["loop"] == COMPILED for case in cases for r in case["runs"])
+
+
 def stats(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The case's per-loop medians and ratios, as the suite's own report computes them."""
-    return report.summarise(case["runs"], LOOPS)
+    return report.summarise(case["runs"], (*LOOPS, COMPILED))
 
 
 def median_of(case: dict[str, Any], loop: str, key: str) -> float | None:
@@ -152,24 +163,35 @@ def header(doc: dict[str, Any]) -> str:
 
 
 def table(cases: Sequence[dict[str, Any]]) -> str:
-    lines = [
-        "| workload | stdlib | uvloop | tideloop | compiled | tideloop vs stdlib"
-        " | vs uvloop | compiled vs uvloop | CPU µs/op |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
+    compiled = has_compiled(cases)
+    loops = (*LOOPS, COMPILED) if compiled else LOOPS
+    if compiled:
+        lines = [
+            "| workload | stdlib | uvloop | tideloop | compiled | tideloop vs stdlib"
+            " | vs uvloop | compiled vs uvloop | CPU µs/op |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+    else:
+        lines = [
+            "| workload | stdlib | uvloop | tideloop | tideloop vs stdlib | vs uvloop"
+            " | CPU µs/op |",
+            "|---|--:|--:|--:|--:|--:|--:|",
+        ]
     for case in cases:
-        ops = {loop: median_of(case, loop, "ops_per_s") for loop in LOOPS}
-        cpu = " / ".join(_cpu(cpu_per_op(case, loop)) for loop in LOOPS)
-        mem = [median_of(case, loop, "rss_per_conn_kib") for loop in LOOPS]
+        ops = {loop: median_of(case, loop, "ops_per_s") for loop in loops}
+        cpu = " / ".join(_cpu(cpu_per_op(case, loop)) for loop in loops)
+        mem = [median_of(case, loop, "rss_per_conn_kib") for loop in loops]
         if case["workload"] == "tcp_echo_scale" and all(v is not None for v in mem):
             cpu += " · mem/conn KiB " + " / ".join(f"{v:.1f}" for v in mem if v is not None)
-        lines.append(
-            f"| {title(case)} | {_num(ops['asyncio'])} | {_num(ops['uvloop'])} "
-            f"| {_num(ops['tideloop'])} | {_num(ops['tideloop-compiled'])} "
-            f"| {_x(_ratio(ops['tideloop'], ops['asyncio']))} "
-            f"| {_x(_ratio(ops['tideloop'], ops['uvloop']))} "
-            f"| {_x(_ratio(ops['tideloop-compiled'], ops['uvloop']))} | {cpu} |"
-        )
+        row = f"| {title(case)} | {_num(ops['asyncio'])} | {_num(ops['uvloop'])} "
+        row += f"| {_num(ops['tideloop'])} "
+        if compiled:
+            row += f"| {_num(ops[COMPILED])} "
+        row += f"| {_x(_ratio(ops['tideloop'], ops['asyncio']))} "
+        row += f"| {_x(_ratio(ops['tideloop'], ops['uvloop']))} "
+        if compiled:
+            row += f"| {_x(_ratio(ops[COMPILED], ops['uvloop']))} "
+        lines.append(row + f"| {cpu} |")
     return "\n".join(lines)
 
 
@@ -181,6 +203,7 @@ def _range(values: Sequence[float]) -> str:
 
 def summary(cases: Sequence[dict[str, Any]]) -> str:
     out: list[str] = []
+    compiled = has_compiled(cases)
 
     def ratios(group: str, loop: str, base: str) -> list[float]:
         result = []
@@ -197,17 +220,15 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
     out.append(f"I/O rows ({len(io)}):")
     out.append(f"  tideloop vs uvloop   {_range(ratios('io', 'tideloop', 'uvloop'))}")
     out.append(f"  tideloop vs stdlib   {_range(ratios('io', 'tideloop', 'asyncio'))}")
-    out.append(f"  compiled vs uvloop   {_range(ratios('io', 'tideloop-compiled', 'uvloop'))}")
-    out.append(f"  compiled vs tideloop {_range(ratios('io', 'tideloop-compiled', 'tideloop'))}")
+    if compiled:
+        out.append(f"  compiled vs uvloop   {_range(ratios('io', COMPILED, 'uvloop'))}")
+        out.append(f"  compiled vs tideloop {_range(ratios('io', COMPILED, 'tideloop'))}")
     out.append(f"Primitive rows ({len(prim)}):")
     out.append(f"  tideloop vs stdlib   {_range(ratios('primitive', 'tideloop', 'asyncio'))}")
     out.append(f"  tideloop vs uvloop   {_range(ratios('primitive', 'tideloop', 'uvloop'))}")
-    out.append(
-        f"  compiled vs uvloop   {_range(ratios('primitive', 'tideloop-compiled', 'uvloop'))}"
-    )
-    out.append(
-        f"  compiled vs tideloop {_range(ratios('primitive', 'tideloop-compiled', 'tideloop'))}"
-    )
+    if compiled:
+        out.append(f"  compiled vs uvloop   {_range(ratios('primitive', COMPILED, 'uvloop'))}")
+        out.append(f"  compiled vs tideloop {_range(ratios('primitive', COMPILED, 'tideloop'))}")
 
     def meets(group: list[dict[str, Any]], loop: str, base: str, target: float) -> str:
         met = []
@@ -220,13 +241,11 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
     out.append("Targets:")
     out.append(f"  I/O, tideloop >= 1.0x uvloop:        {meets(io, 'tideloop', 'uvloop', 1.0)}")
     out.append(f"  primitives, tideloop >= 1.5x stdlib: {meets(prim, 'tideloop', 'asyncio', 1.5)}")
-    out.append(
-        f"  I/O, compiled >= 1.05x uvloop:       {meets(io, 'tideloop-compiled', 'uvloop', 1.05)}"
-    )
-    out.append(
-        f"  primitives, compiled >= 0.8x uvloop: {meets(prim, 'tideloop-compiled', 'uvloop', 0.8)}"
-    )
-    spreads = [s for c in cases for loop in LOOPS if (s := spread(c, loop)) is not None]
+    if compiled:
+        out.append(f"  I/O, compiled >= 1.05x uvloop:       {meets(io, COMPILED, 'uvloop', 1.05)}")
+        out.append(f"  primitives, compiled >= 0.8x uvloop: {meets(prim, COMPILED, 'uvloop', 0.8)}")
+    loops = (*LOOPS, COMPILED) if compiled else LOOPS
+    spreads = [s for c in cases for loop in loops if (s := spread(c, loop)) is not None]
     if spreads:
         out.append(
             f"Run-to-run spread (max - min over median, per loop and case): "

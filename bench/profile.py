@@ -174,8 +174,6 @@ def iteration_cost(requested: list[str], fds: int, rounds: int, n: int) -> None:
             loop_names.append(name)
         else:
             print(f"skipping {name}: {reason}", file=sys.stderr)
-    if "tideloop-compiled" in loop_names:
-        loops.build_compiled()  # exports its path to the worker processes
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     results: dict[str, list[float]] = {name: [] for name in loop_names}
     for _ in range(rounds):
@@ -216,8 +214,6 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.workload is None:
         parser.error(f"{args.mode} needs a workload")
-    if args.loop == "tideloop-compiled":
-        loops.build_compiled()
     workload = get(args.workload)
     if args.mode == "calls":
         if not isinstance(workload, Primitive):

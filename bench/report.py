@@ -171,7 +171,6 @@ COLOURS = {
     "asyncio": "#4c72b0",
     "uvloop": "#dd8452",
     "tideloop": "#55a868",
-    "tideloop-compiled": "#1b5e20",
 }
 
 

@@ -162,8 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [n for n in loops.LOOPS if not loop_names or n in loop_names]
     if args.baseline:
         wanted.append(loops.export_baseline(args.baseline))
-    if "tideloop-compiled" in wanted and loops.unavailable_reason("tideloop-compiled") is None:
-        loops.build_compiled()
     loop_info = {
         n: {"version": loops.version(n), "unavailable": loops.unavailable_reason(n)} for n in wanted
     }

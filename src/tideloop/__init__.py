@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._core import run as _run
 from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
-from ._core.native import is_compiled
 from ._loop import Loop, new_event_loop
 from ._runner import install, run
 
@@ -30,10 +28,6 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
-
-#: True when the mypyc build is running (``TIDELOOP_COMPILE=1 pip install .``;
-#: see setup.py), False for the pure-Python one. Both behave the same.
-__compiled__: bool = is_compiled(_run.__file__)
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,6 @@ import ast
 import asyncio
 import inspect
 import re
-import sys
 import textwrap
 from pathlib import Path
 
@@ -140,28 +139,8 @@ def self_attributes(tree: ast.AST) -> list[tuple[str, int, bool]]:
 
 
 def source_of(cls: type, method: str | None = None) -> str:
-    """The source of *cls* (or of its *method*), also when mypyc compiled its module.
-
-    A compiled module's source is the ``.py`` file beside its extension.
-    """
-    module = sys.modules[cls.__module__]
-    path = Path(str(module.__file__))
-    if path.suffix == ".py":
-        return inspect.getsource(cls if method is None else vars(cls)[method])
-    text = path.with_name(module.__name__.rpartition(".")[2] + ".py").read_text()
-    body: list[ast.stmt] = ast.parse(text).body
-    node: ast.AST | None = None
-    for name in [*cls.__qualname__.split("."), *([method] if method else [])]:
-        node = next(
-            n
-            for n in body
-            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and n.name == name
-        )
-        body = node.body
-    segment = ast.get_source_segment(text, node, padded=True) if node is not None else None
-    assert segment is not None
-    return segment
+    """The source of *cls* (or of its *method*)."""
+    return inspect.getsource(cls if method is None else vars(cls)[method])
 
 
 def core_instance_attributes() -> set[str]:

@@ -39,8 +39,6 @@ from collections.abc import Callable
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Final
 
-from .native import python_class
-
 if TYPE_CHECKING:
     from .run import CoreLoop
 
@@ -56,7 +54,6 @@ __all__ = [
 ]
 
 
-@python_class
 class Handle(asyncio.Handle):
     __slots__ = ()
     _loop: CoreLoop
@@ -82,8 +79,7 @@ class Handle(asyncio.Handle):
         self._source_traceback = extract_stack(sys._getframe(1)) if loop._debug else None
 
     def get_context(self) -> contextvars.Context:
-        # asyncio has it from 3.12 on (same body); defined unconditionally
-        # because mypyc compiles no conditional class-body statements.
+        # asyncio has it from 3.12 on (same body); this one serves 3.11.
         return self._context
 
     def cancel(self) -> None:
@@ -98,7 +94,6 @@ class Handle(asyncio.Handle):
             self._args = None  # type: ignore[assignment]  # asyncio clears it
 
 
-@python_class
 class TimerHandle(asyncio.TimerHandle):
     __slots__ = ()
     _loop: CoreLoop
@@ -128,8 +123,7 @@ class TimerHandle(asyncio.TimerHandle):
         self._scheduled = False
 
     def get_context(self) -> contextvars.Context:
-        # asyncio has it from 3.12 on (same body); defined unconditionally
-        # because mypyc compiles no conditional class-body statements.
+        # asyncio has it from 3.12 on (same body); this one serves 3.11.
         return self._context
 
     def cancel(self) -> None:
@@ -181,7 +175,6 @@ THREADSAFE_LOCKS: Final = _stdlib_threadsafe is not None
 THREADSAFE_TRIM: Final = 1 if _stdlib_threadsafe is None else 2
 
 
-@python_class
 class LockedRun(Handle):
     """The ready-queue entry of a ``_ThreadSafeHandle``: runs it through its ``_run()``.
 

@@ -80,7 +80,6 @@ from time import sleep as _yield_gil
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
-from . import shutdown as _shutdown
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, log_context, logger
 from .handles import (
@@ -93,7 +92,6 @@ from .handles import (
     TimerHandle,
 )
 from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
-from .native import python_class
 from .timers import FAR_DELAY, TimerQueue
 from .waker import make_waker
 
@@ -132,18 +130,13 @@ def _create_task_mode() -> int:
 _CREATE_TASK_MODE: Final = _create_task_mode()
 
 
-#: Whether this module runs as Python (it has frames) or compiled by mypyc
-#: (its functions have none: a debug traceback has nothing of ours to trim).
-_HAS_FRAMES: Final = __file__.endswith(".py")
-
-
 def trim(stack: list[Any], own: int, others: int = 0) -> None:
     """Drop our frames off the end of a debug-mode source traceback.
 
-    *own*: frames of this module's methods (present only when it runs as
-    Python); *others*: frames of Python code they call (always present).
+    *own*: frames of this module's methods; *others*: frames of the code
+    they call (asyncio's ``__init__`` of a handle, say).
     """
-    n = (own if _HAS_FRAMES else 0) + others
+    n = own + others
     if n:
         del stack[len(stack) - n :]
 
@@ -223,7 +216,6 @@ def _stop_when_done(fut: asyncio.Future[Any]) -> None:
     fut.get_loop().stop()
 
 
-@python_class
 class CoreLoop(asyncio.AbstractEventLoop):
     # Closed until fully built: a loop whose construction failed (even
     # before this __init__ ran) must not warn or close anything in __del__.
@@ -329,9 +321,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._ready.append(handle)
         return handle
 
-    # call_later/call_at take `object` for the time: the compiled build
-    # checks declared types on entry, and a wrong type must fail with
-    # asyncio's error (or our documented one), not mypyc's.
+    # call_later/call_at take `object` for the time and check it themselves:
+    # a wrong type fails with asyncio's error (or our documented one).
     def call_later(
         self,
         delay: object,
@@ -1017,8 +1008,24 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if not self.is_closed():
             self.call_soon_threadsafe(self.create_task, agen.aclose())
 
-    # Coroutine methods live in a module mypyc does not compile (see shutdown.py).
-    shutdown_asyncgens = _shutdown.shutdown_asyncgens
+    async def shutdown_asyncgens(self) -> None:
+        """Close every asynchronous generator still alive (``asyncio.run`` calls this at exit)."""
+        self._asyncgens_shutdown_called = True
+        if not len(self._asyncgens):
+            return
+        closing = list(self._asyncgens)
+        self._asyncgens.clear()
+        results = await asyncio.gather(*[ag.aclose() for ag in closing], return_exceptions=True)
+        for result, agen in zip(results, closing, strict=True):
+            if isinstance(result, Exception):
+                self.call_exception_handler(
+                    {
+                        "message": f"an error occurred during closing of "
+                        f"asynchronous generator {agen!r}",
+                        "exception": result,
+                        "asyncgen": agen,
+                    }
+                )
 
     # ------------------------------------------------------------------
     # Threads: the default executor
@@ -1056,7 +1063,30 @@ class CoreLoop(asyncio.AbstractEventLoop):
             raise TypeError("executor must be ThreadPoolExecutor instance")
         self._default_executor = executor
 
-    shutdown_default_executor = _shutdown.shutdown_default_executor
+    async def shutdown_default_executor(self, timeout: float | None = None) -> None:
+        """Join the default executor's threads, waiting at most *timeout* seconds."""
+        self._executor_shutdown_called = True
+        executor = self._default_executor
+        if executor is None:
+            return
+        future = self.create_future()
+        self._executor_jobs += 1
+        future.add_done_callback(self._executor_job_done)
+        # Joining the pool's threads blocks, so a helper thread does it.
+        thread = threading.Thread(target=self._join_executor, args=(executor, future))
+        thread.start()
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            warnings.warn(
+                f"The executor did not finishing joining its threads within {timeout} seconds.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            executor.shutdown(wait=False)
+        else:
+            thread.join()
 
     def _join_executor(
         self, executor: concurrent.futures.ThreadPoolExecutor, future: asyncio.Future[None]

@@ -61,7 +61,6 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple, Unpack
 
 from tideloop._core.handles import Handle, ReadyQueue
-from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
 
@@ -339,7 +338,6 @@ class FdRegistry:
         self._poller.close()
 
 
-@python_class
 class FdMethods(CoreLoop):
     """``add_reader``, ``remove_reader``, ``add_writer``, ``remove_writer``."""
 

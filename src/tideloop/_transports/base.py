@@ -35,8 +35,6 @@ asyncio's ``Server._attach``/``_detach``.
 from __future__ import annotations
 
 import asyncio
-import asyncio.protocols  # mypyc refers to base classes through their own modules
-import asyncio.transports
 import collections
 import contextvars
 import socket
@@ -47,7 +45,6 @@ from typing import Any, Final, Protocol
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
-from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
@@ -84,7 +81,6 @@ class ConnectionTracker(Protocol):
     def _detach(self, transport: asyncio.BaseTransport | None = None) -> None: ...
 
 
-@python_class
 class FdTransport(asyncio.BaseTransport):
     """A transport over one fd (a socket or a pipe): registration and lifecycle.
 
@@ -348,7 +344,6 @@ class FdTransport(asyncio.BaseTransport):
             server._detach(self)
 
 
-@python_class
 class WriteFlowControl(FdTransport):
     """An `FdTransport` that writes: the water marks and pause/resume_writing.
 

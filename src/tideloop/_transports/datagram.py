@@ -41,8 +41,6 @@ Invariants (with those of `FdTransport`):
 from __future__ import annotations
 
 import asyncio
-import asyncio.protocols  # mypyc refers to base classes through their own modules
-import asyncio.transports
 import socket
 import sys
 from asyncio import constants
@@ -50,7 +48,6 @@ from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-de
 from typing import Any, Final
 
 from tideloop._core.errors import logger
-from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
@@ -67,7 +64,6 @@ _INET_FAMILIES: Final = (socket.AF_INET, getattr(socket, "AF_INET6", socket.AF_I
 _Address = Any
 
 
-@python_class
 class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTransport):
     __slots__ = ("_address", "_connected", "_read_buf", "_sock")
 

@@ -50,22 +50,19 @@ Invariants (with those of `FdTransport`):
 from __future__ import annotations
 
 import asyncio
-import asyncio.protocols  # mypyc refers to base classes through their own modules
-import asyncio.transports
 import errno
 import os
 import stat
 from asyncio import constants
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
+from collections.abc import Callable
 from itertools import islice
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from tideloop._core.errors import logger
-from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
-from . import pipe_connect as _connect
 from .base import FdTransport, WriteFlowControl
 from .stream import IOV_MAX
 
@@ -97,7 +94,6 @@ def _pipe_repr(transport: FdTransport, state: str) -> str:
     return "<{}>".format(" ".join(info))
 
 
-@python_class
 class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
     __slots__ = ("_pipe",)
 
@@ -189,7 +185,6 @@ class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
             self._loop.call_soon(self._call_connection_lost, exc)
 
 
-@python_class
 class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
     __slots__ = ("_pipe",)
 
@@ -336,7 +331,10 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
         self._loop.call_soon(self._call_connection_lost, exc)
 
 
-@python_class
+_PipeT = TypeVar("_PipeT", ReadPipeTransport, WritePipeTransport)
+_ProtocolT = TypeVar("_ProtocolT", bound=asyncio.BaseProtocol)
+
+
 class PipeMethods(CoreLoop):
     """``connect_read_pipe``, ``connect_write_pipe``."""
 
@@ -360,6 +358,33 @@ class PipeMethods(CoreLoop):
     ) -> WritePipeTransport:
         return WritePipeTransport(self, pipe, protocol, waiter, extra, fds=self._fds)
 
-    # Coroutine methods live in a module mypyc does not compile (see pipe_connect.py).
-    connect_read_pipe = _connect.connect_read_pipe  # type: ignore[assignment]
-    connect_write_pipe = _connect.connect_write_pipe  # type: ignore[assignment]
+    async def connect_read_pipe(
+        self, protocol_factory: Callable[[], _ProtocolT], pipe: Any
+    ) -> tuple[asyncio.ReadTransport, _ProtocolT]:
+        """Wrap the read end *pipe* in a transport feeding a protocol from *protocol_factory*."""
+        return await self._connect_pipe(self._make_read_pipe_transport, protocol_factory, pipe)
+
+    async def connect_write_pipe(
+        self, protocol_factory: Callable[[], _ProtocolT], pipe: Any
+    ) -> tuple[asyncio.WriteTransport, _ProtocolT]:
+        """Wrap the write end *pipe* in a transport driven by a protocol from *protocol_factory*."""
+        return await self._connect_pipe(self._make_write_pipe_transport, protocol_factory, pipe)
+
+    async def _connect_pipe(
+        self,
+        make: Callable[..., _PipeT],
+        protocol_factory: Callable[[], _ProtocolT],
+        pipe: Any,
+    ) -> tuple[_PipeT, _ProtocolT]:
+        protocol = protocol_factory()
+        waiter: asyncio.Future[None] = self.create_future()
+        transport = make(pipe, protocol, waiter)
+        try:
+            await waiter
+        except BaseException:
+            transport.close()
+            raise
+        if self._debug:
+            kind = "Write" if isinstance(transport, asyncio.WriteTransport) else "Read"
+            logger.debug("%s pipe %r connected: (%r, %r)", kind, pipe.fileno(), transport, protocol)
+        return transport, protocol

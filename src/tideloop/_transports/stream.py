@@ -60,8 +60,6 @@ lifecycle):
 from __future__ import annotations
 
 import asyncio
-import asyncio.protocols  # mypyc refers to base classes through their own modules
-import asyncio.transports
 import collections
 import contextvars
 import os
@@ -73,7 +71,6 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.errors import logger
-from tideloop._core.native import python_class
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
@@ -154,7 +151,6 @@ def _byte_view(data: memoryview) -> memoryview:
     return data
 
 
-@python_class
 class SocketTransport(WriteFlowControl, asyncio.Transport):
     __slots__ = (
         "_empty_waiter",
@@ -238,8 +234,6 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
                 # Copied out before any protocol code runs: the buffer is the
                 # loop's, and the next large read of any transport reuses it.
                 view = self._fds.read_buffer()
-                # A local, not the call, as the slice bound: mypyc evaluates
-                # a slice bound expression twice (two reads, one lost).
                 nbytes = self._sock.recv_into(view)
                 data = bytes(view[:nbytes])
         except (BlockingIOError, InterruptedError):

@@ -202,13 +202,13 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         try:
             if proc.stdin is not None:
                 _, proto = await loop.connect_write_pipe(lambda: _PipeProto(self, 0), proc.stdin)
-                self._pipes[0] = proto  # type: ignore[assignment]
+                self._pipes[0] = proto
             if proc.stdout is not None:
                 _, proto = await loop.connect_read_pipe(lambda: _PipeProto(self, 1), proc.stdout)
-                self._pipes[1] = proto  # type: ignore[assignment]
+                self._pipes[1] = proto
             if proc.stderr is not None:
                 _, proto = await loop.connect_read_pipe(lambda: _PipeProto(self, 2), proc.stderr)
-                self._pipes[2] = proto  # type: ignore[assignment]
+                self._pipes[2] = proto
             loop.call_soon(self._protocol.connection_made, self)
             pending = self._pending_calls
             self._pending_calls = None

@@ -98,10 +98,7 @@ lower ``write()``.
 
 from __future__ import annotations
 
-import _thread  # noqa: F401  (mypyc refers to threading.local as _thread._local)
 import asyncio
-import asyncio.protocols  # mypyc refers to base classes through their own modules
-import asyncio.transports
 import collections
 import ssl
 import threading
@@ -111,8 +108,6 @@ from asyncio.log import logger
 from asyncio.transports import _FlowControlMixin
 from collections.abc import Callable, Iterable
 from typing import Any, Final
-
-from tideloop._core.native import python_class
 
 __all__ = ["SSLTransport", "TLSProtocol", "create_transport_context", "start_tls"]
 
@@ -160,7 +155,6 @@ def _released_bytes(size: int) -> bytes:
     raise ssl.SSLZeroReturnError("the connection's TLS state was released")
 
 
-@python_class
 class _Scratch(threading.local):
     """One plaintext scratch buffer per thread.
 
@@ -170,8 +164,6 @@ class _Scratch(threading.local):
     """
 
     def __init__(self) -> None:
-        # Declared here, not in the class body: mypyc (0.x, 2.4) fails to
-        # import a Python class whose body annotates with a builtin type.
         self.view: memoryview = memoryview(bytearray(SCRATCH_SIZE))
 
 
@@ -198,7 +190,6 @@ def _flowcontrol_limits(high: int | None, low: int | None, kib: int) -> tuple[in
     return high, low
 
 
-@python_class
 class SSLTransport(_FlowControlMixin):
     """The application-facing transport of a TLS connection (asyncio's ``_SSLProtocolTransport``).
 
@@ -336,7 +327,6 @@ class SSLTransport(_FlowControlMixin):
         self._ssl_protocol._abort(exc)
 
 
-@python_class
 class TLSProtocol(asyncio.BufferedProtocol):
     """TLS over a stream transport; the application talks to `_app_transport`.
 
