@@ -1,0 +1,108 @@
+"""The package's metadata (pyproject.toml) matches what is tested and what ships.
+
+Checked without building anything: the trove classifiers name every Python
+that ``.ci/run`` tests (and only the implementations it tests), the license
+and the changelog exist and are referenced where the build and the package
+index read them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+REPOSITORY = "https://github.com/tideloop/tideloop"
+
+
+def pyproject() -> dict[str, Any]:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+def ci_interpreters() -> list[str]:
+    """The interpreters ``.ci/run`` tests by default: ``3.11``, ..., ``pypy``.
+
+    Read from its ``*_pythons=${TIDELOOP_..._PYTHONS-"3.11 3.12"}`` lines.
+    """
+    text = (ROOT / ".ci" / "run").read_text()
+    lists = re.findall(r'^\w+_pythons=\$\{TIDELOOP_\w*PYTHONS-"([^"]*)"\}', text, re.MULTILINE)
+    assert lists, ".ci/run names no interpreter lists in the form this test reads"
+    return [name for names in lists for name in names.split()]
+
+
+def test_ci_runs_what_the_test_expects() -> None:
+    # A guard against the checks below passing on an empty or misread list.
+    found = ci_interpreters()
+    assert "3.11" in found
+    assert all(re.fullmatch(r"3\.\d+|pypy", name) for name in found), found
+
+
+def test_classifiers_name_every_tested_python_and_implementation() -> None:
+    project = pyproject()["project"]
+    classifiers: list[str] = project["classifiers"]
+    tested = ci_interpreters()
+    minors = sorted({n for n in tested if n != "pypy"}, key=lambda v: int(v.split(".")[1]))
+    for minor in minors:
+        assert f"Programming Language :: Python :: {minor}" in classifiers
+    # No classifier for a Python that is not tested.
+    claimed = {
+        c.rpartition(" :: ")[2]
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    assert claimed == set(minors)
+    implementations = {
+        c.rpartition(" :: ")[2]
+        for c in classifiers
+        if c.startswith("Programming Language :: Python :: Implementation :: ")
+    }
+    assert implementations == {"CPython"} | ({"PyPy"} if "pypy" in tested else set())
+    assert project["requires-python"] == f">={minors[0]}"
+
+
+def test_license_is_an_spdx_expression_with_its_file() -> None:
+    project = pyproject()["project"]
+    assert project["license"] == "MIT"
+    assert "LICENSE" in project["license-files"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License")
+    assert "Copyright (c) 2026 the tideloop authors" in text
+    # setuptools refuses a License classifier beside a license expression (PEP 639).
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]
+    # The expression needs setuptools 77+ (older ones reject the string).
+    requires = [Requirement(r) for r in pyproject()["build-system"]["requires"]]
+    (setuptools,) = [r for r in requires if r.name == "setuptools"]
+    assert not setuptools.specifier.contains("76.1")
+    assert setuptools.specifier.contains("77.0")
+
+
+def test_changelog_exists_ships_and_is_linked() -> None:
+    changelog = ROOT / "CHANGELOG.md"
+    text = changelog.read_text()
+    version = pyproject()["project"]["version"]
+    assert "## Unreleased" in text or f"## {version}" in text
+    manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
+    assert "include CHANGELOG.md" in manifest
+    urls: dict[str, str] = pyproject()["project"]["urls"]
+    assert urls["Changelog"] == f"{REPOSITORY}/blob/main/CHANGELOG.md"
+
+
+def test_project_urls_point_at_the_repository_and_its_files() -> None:
+    urls: dict[str, str] = pyproject()["project"]["urls"]
+    assert urls["Repository"] == REPOSITORY
+    for url in urls.values():
+        assert url.startswith(REPOSITORY), url
+        path = url.removeprefix(f"{REPOSITORY}/blob/main/")
+        if path != url:
+            assert (ROOT / path).is_file(), url
+
+
+def test_the_package_ships_its_type_marker() -> None:
+    config = pyproject()["tool"]["setuptools"]
+    assert "py.typed" in config["package-data"]["tideloop"]
+    assert (ROOT / "src" / "tideloop" / "py.typed").is_file()
