@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from asyncio import base_events, base_subprocess, selector_events
+from asyncio import base_events, base_subprocess, selector_events, sslproto
 from dataclasses import dataclass
 
 # Where the stdlib changed in a patch release, whether the running Python has
@@ -108,6 +108,11 @@ STDLIB_START_TLS_NO_CYCLE = _stores(base_events.BaseEventLoop.start_tls, "waiter
 #: protocol (gh-142352)?
 STDLIB_START_TLS_TAKES_BUFFER = "_stream_reader" in _names(base_events.BaseEventLoop.start_tls) or (
     "_stream_reader" in base_events.BaseEventLoop.start_tls.__code__.co_consts
+)
+#: Does the TLS shutdown timeout stay armed (or start, when the peer began the
+#: shutdown) until the connection is lost (3.14)?
+STDLIB_TLS_SHUTDOWN_TIMEOUT_UNTIL_CLOSED = "call_later" in _names(
+    sslproto.SSLProtocol._on_shutdown_complete
 )
 #: Does the datagram transport subtract the 8 header bytes it adds per queued
 #: datagram (3.13 patch releases, 3.14)?
@@ -402,6 +407,18 @@ DIVERGENCES: dict[str, Divergence] = {
         "do this too.",
         versions="3.11-3.13 releases before gh-142352",
         holds=not STDLIB_START_TLS_TAKES_BUFFER,
+    ),
+    "tls-shutdown-timeout-until-closed": Divergence(
+        what="ssl_shutdown_timeout bounds the whole TLS shutdown, up to connection_lost(): "
+        "when close_notify has been exchanged (or the peer's EOF began the shutdown) but the "
+        "lower transport still cannot flush what was written, because the peer does not "
+        "read, the connection is aborted with TimeoutError when the timeout expires; asyncio "
+        "before 3.14 cancels the timer once its close_notify is out and then waits for the "
+        "flush forever.",
+        why="A peer that stops reading must not keep a closing connection (and its buffers) "
+        "forever; that is what the timeout is for, and 3.14 applies it so.",
+        versions="3.11-3.13",
+        holds=not STDLIB_TLS_SHUTDOWN_TIMEOUT_UNTIL_CLOSED,
     ),
     "tls-writelines-type-check": Divergence(
         what="writelines() on a TLS transport with an item that is not bytes-like raises "

@@ -906,6 +906,20 @@ def check_failed_tls_no_refcycles() -> None:
         loop.close()
 
 
+def check_tls_shutdown_timeout_until_closed() -> None:
+    from test_tls_errors import shutdown_against_a_peer_that_stops_reading
+
+    from tls_support import Route
+
+    loop = stdlib_loop()
+    try:
+        route = Route("api", loop)
+        with pytest.raises(TimeoutError):  # asyncio: connection_lost never comes
+            route.run(shutdown_against_a_peer_that_stops_reading(route, _certs(), True))
+    finally:
+        loop.close()
+
+
 def check_tls_closed_twice() -> None:
     loop = stdlib_loop()
 
@@ -961,6 +975,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "tls-data-before-error": check_tls_data_before_error,
     "tls-delivery-at-most-256k": check_tls_delivery_at_most_256k,
     "tls-closed-twice": check_tls_closed_twice,
+    "tls-shutdown-timeout-until-closed": check_tls_shutdown_timeout_until_closed,
     "start-tls-buffered-data": check_start_tls_buffered_data,
     "failed-tls-no-refcycles": check_failed_tls_no_refcycles,
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import threading
 import time
 from typing import Any
 
@@ -442,6 +443,74 @@ def test_shutdown_timeout(tls: Route, certs: Certs) -> None:
             assert client.events == ["made", "lost"]
 
     tls.run(main())
+
+
+def eof_without_reading(context: ssl.SSLContext) -> Any:
+    """A peer that completes the handshake, then (once told) sends EOF and never reads."""
+
+    def target(conn: socket.socket, peer: ThreadPeer) -> None:
+        tls_sock = tls_server_socket(conn, context)
+        try:
+            peer.signal("handshake")
+            peer.release.wait(WAIT)
+            tls_sock.shutdown(socket.SHUT_WR)  # EOF (no close_notify), and no reading
+            peer.signal("eof")
+            peer.done.wait(WAIT)  # type: ignore[attr-defined]
+        finally:
+            tls_sock.close()
+
+    return target
+
+
+async def shutdown_against_a_peer_that_stops_reading(
+    tls: Route, certs: Certs, close_first: bool
+) -> BaseException | None:
+    """Fill the connection, (close,) let the peer send EOF while it never reads: what
+    connection_lost() gets, or TimeoutError from here if it never comes."""
+    loop = tls.loop
+    peer = ThreadPeer(loop, eof_without_reading(certs.server))
+    peer.done = threading.Event()  # type: ignore[attr-defined]
+    try:
+        peer.flag("handshake")
+        peer.flag("eof")
+        transport, client = await tls.connect(
+            lambda: Recorder(loop),
+            "127.0.0.1",
+            peer.port,
+            ssl=certs.client,
+            server_hostname="localhost",
+            ssl_shutdown_timeout=0.1,
+        )
+        await peer.wait("handshake")
+        for _ in range(64):  # until the transport can pass nothing more on
+            if client.paused:
+                break
+            transport.write(bytes(256 * 1024))
+            await asyncio.sleep(0)
+        assert client.paused, "the transport never paused writing"
+        if close_first:
+            transport.close()
+        peer.release.set()
+        await peer.wait("eof")
+        try:
+            return await asyncio.wait_for(client.wait_lost(), 3.0)
+        finally:
+            transport.abort()
+            await asyncio.sleep(0)
+    finally:
+        peer.done.set()  # type: ignore[attr-defined]
+        peer.close()
+
+
+@pytest.mark.divergence("tls-shutdown-timeout-until-closed")
+@pytest.mark.parametrize("close_first", [True, False], ids=["close-then-eof", "eof"])
+def test_shutdown_timeout_covers_a_peer_that_stops_reading(
+    tls: Route, certs: Certs, close_first: bool
+) -> None:
+    """ssl_shutdown_timeout also ends a shutdown whose last flush a peer never reads,
+    whether we closed first or the peer's EOF began it."""
+    exc = tls.run(shutdown_against_a_peer_that_stops_reading(tls, certs, close_first))
+    assert isinstance(exc, TimeoutError)
 
 
 # ----------------------------------------------------------------------
