@@ -7,7 +7,6 @@ behaviour tideloop chose; ``test_divergences.py`` shows the stdlib differs.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 import pytest
 
 import tideloop
+
+from ipc_support import wait_until_zombie
 
 
 @pytest.mark.divergence("zero-length-datagrams")
@@ -135,7 +136,7 @@ def test_signalling_a_child_that_just_exited_keeps_its_status(
         proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code)
         # Block the loop until the child is a zombie (so the watcher cannot
         # reap it first), then signal it.
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        wait_until_zombie(proc.pid)
         proc.send_signal(signal.SIGTERM)
         proc.terminate()
         assert await proc.wait() == 7  # not 255: the watcher still reaped it

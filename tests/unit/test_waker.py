@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
 
 import pytest
 
-from tideloop._core.waker import SocketpairWaker, Waker, make_waker
+from tideloop._core.waker import HAS_EVENTFD, SocketpairWaker, Waker, make_waker
 from tideloop._pollers import READ, make_poller
 
+# Every waker this Python can make: an eventfd needs os.eventfd (CPython 3.10+
+# on Linux; PyPy has none, and uses the socketpair there).
 KINDS: list[Callable[[], Waker]] = [SocketpairWaker]
-if sys.platform == "linux":
+if sys.platform == "linux" and HAS_EVENTFD:
     from tideloop._core.waker import EventfdWaker
 
     KINDS.append(EventfdWaker)
@@ -26,7 +29,8 @@ def kind(request: pytest.FixtureRequest) -> Callable[[], Waker]:
 def test_platform_choice() -> None:
     waker = make_waker()
     try:
-        expected = "EventfdWaker" if sys.platform == "linux" else "SocketpairWaker"
+        linux_eventfd = sys.platform == "linux" and hasattr(os, "eventfd")
+        expected = "EventfdWaker" if linux_eventfd else "SocketpairWaker"
         assert type(waker).__name__ == expected
     finally:
         waker.close()

@@ -20,9 +20,10 @@ Facts / what this means for us:
   waits with ``waitid(WEXITED | WNOWAIT)``, which does not reap: the pid
   stays reserved (a zombie) until the loop's thread reaps it and publishes
   the exit in one step, so a ``send_signal()`` in between can never reach a
-  recycled pid (gh-127049). Without ``waitid`` (PyPy) the thread must reap;
-  it does so under a lock that `send_signal` takes too, and remembers the
-  pid until the exit is published. SIGCHLD handlers are not used at all:
+  recycled pid (gh-127049). PyPy has no ``os.waitid``: there the thread
+  calls libc's through ctypes (Linux). With no waitid at all the thread
+  must reap; then it remembers the pid, under a lock `send_signal` takes
+  too, until the exit is published. SIGCHLD handlers are not used at all:
   there is only one per process, it would conflict with other code, and it
   only works in the main thread.
 - If someone else reaped the child first (a ``waitpid(-1)`` elsewhere in the
@@ -43,6 +44,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import sys
@@ -72,8 +74,65 @@ def _can_use_pidfd() -> bool:
 
 #: Whether this process can watch children with pidfds (checked once).
 HAS_PIDFD: Final = _can_use_pidfd()
-#: Whether a thread can wait for a child without reaping it (not on PyPy).
-HAS_WAITID: Final = hasattr(os, "waitid")
+
+
+def _libc_waitid() -> Callable[[int, bool], bool] | None:
+    """libc's ``waitid(P_PID, pid, WEXITED | WNOWAIT)`` through ctypes (Linux), or None.
+
+    Facts / what this means for us: PyPy has no ``os.waitid``, but its ctypes
+    calls libc with the GIL released, so a watcher thread can block in
+    libc's waitid while the loop runs: PyPy then keeps the design above (the
+    thread never reaps). Linux's numbers: P_PID is 1, WEXITED 4, WNOHANG 1,
+    WNOWAIT 0x01000000; siginfo_t is 128 bytes and starts with si_signo,
+    which waitid sets (to SIGCHLD) when it reports a child and leaves zero
+    when, with WNOHANG, the child still runs. Other systems number these
+    differently, so elsewhere this is None.
+    """
+    if sys.platform != "linux" or hasattr(os, "waitid"):
+        return None
+    else:  # mypy checks platform-guarded code only as an if/else branch
+        try:
+            import ctypes
+
+            waitid = ctypes.CDLL(None, use_errno=True).waitid
+        except (ImportError, OSError, AttributeError):
+            return None
+        waitid.argtypes = (ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_int)
+        waitid.restype = ctypes.c_int
+
+        def wait_exited(pid: int, block: bool) -> bool:
+            info = ctypes.create_string_buffer(128)
+            options = 4 | 0x01000000 | (0 if block else 1)
+            while waitid(1, pid, info, options) != 0:
+                err = ctypes.get_errno()
+                if err != errno.EINTR:
+                    raise OSError(err, os.strerror(err))  # ECHILD: a ChildProcessError
+            return info.raw[:4] != bytes(4)
+
+        return wait_exited
+
+
+#: ``os.waitid``'s stand-in where os has none (PyPy): see `_libc_waitid`.
+_LIBC_WAITID: Final = _libc_waitid()
+#: Whether a thread can wait for a child without reaping it (Linux): with
+#: ``os.waitid``, or with libc's (PyPy).
+HAS_WAITID: Final = sys.platform == "linux" and (hasattr(os, "waitid") or _LIBC_WAITID is not None)
+
+
+def waitid_exited(pid: int, *, block: bool) -> bool:
+    """Has child *pid* exited? ``waitid(WEXITED | WNOWAIT)``, which never reaps it.
+
+    With *block*, waits until it has. Raises ChildProcessError if *pid* is
+    not an unreaped child of ours. Only where `HAS_WAITID`.
+    """
+    if _LIBC_WAITID is not None:
+        return _LIBC_WAITID(pid, block)
+    if sys.platform == "linux":
+        options = os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
+        return os.waitid(os.P_PID, pid, options) is not None
+    else:  # typeshed has no os.waitid for macOS; HAS_WAITID is False off Linux
+        raise NotImplementedError("waitid_exited() needs HAS_WAITID")
+
 
 _thread_ids = itertools.count()
 
@@ -146,13 +205,16 @@ class ChildWatcher:
     def _wait_in_thread(self, pid: int, callback: ExitCallback) -> None:
         if HAS_WAITID:
             try:
-                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                waitid_exited(pid, block=True)
             except ChildProcessError:
                 pass  # reaped by someone else: _reap reports 255
             self._post(pid, self._reap_and_publish, pid, callback)
         else:
+            # Not under the lock: send_signal() (which takes it) would block
+            # until the child exits. What is left is the moment between the
+            # reap and the add, in which its pid could be signalled.
+            returncode = _reap(pid)
             with self._lock:
-                returncode = _reap(pid)
                 self._reaped_early.add(pid)
             self._post(pid, self._publish, pid, returncode, callback)
 

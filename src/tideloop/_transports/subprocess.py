@@ -42,7 +42,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -52,7 +51,7 @@ from typing import Any
 
 from tideloop._core.errors import logger
 
-from .children import HAS_WAITID, ChildWatcher
+from .children import HAS_WAITID, ChildWatcher, waitid_exited
 from .pipes import PipeMethods
 
 _FD = int
@@ -97,37 +96,13 @@ class _PipeProto(asyncio.Protocol):
 
 def _is_running(pid: int) -> bool:
     """Has child *pid* not exited yet? Asked without reaping it (the watcher must)."""
-    if sys.platform == "linux":
-        if HAS_WAITID:
-            try:
-                return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-            except ChildProcessError:
-                return False
-        return _proc_state(pid) not in ("Z", "X", "")
+    if sys.platform == "linux" and HAS_WAITID:
+        try:
+            return not waitid_exited(pid, block=False)
+        except ChildProcessError:
+            return False
     else:  # no waitid: assume it runs (killing a zombie is harmless)
         return True
-
-
-def _proc_state(pid: int) -> str:
-    """The state letter of *pid* in ``/proc/PID/stat`` ("" if it is gone).
-
-    Facts / what this means for us: PyPy has no ``os.waitid``, so on PyPy
-    this is how `_is_running` asks, still without reaping. The state is the
-    field after the command name, which is in parentheses and may itself
-    contain spaces and parentheses (hence the last ")"); "Z" is a zombie
-    (exited, not yet reaped), "X" a dead one; without the file the child
-    has been reaped. Without /proc at all, assume it runs: close() then
-    kills a zombie, which is harmless.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        # Reaped by someone else, or no /proc here at all.
-        return "" if os.path.exists("/proc/self/stat") else "R"
-    except OSError:
-        return "R"
-    return stat[stat.rfind(b")") + 2 :][:1].decode("ascii", "replace")
 
 
 class SubprocessTransport(asyncio.SubprocessTransport):
