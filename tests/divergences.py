@@ -114,6 +114,11 @@ STDLIB_START_TLS_TAKES_BUFFER = "_stream_reader" in _names(base_events.BaseEvent
 STDLIB_TLS_SHUTDOWN_TIMEOUT_UNTIL_CLOSED = "call_later" in _names(
     sslproto.SSLProtocol._on_shutdown_complete
 )
+#: When connecting a new child's pipes fails, does asyncio close the child's
+#: pipes (3.14: ``for raw_pipe in (proc.stdin, ...)``)?
+STDLIB_CLOSES_PIPES_ON_CONNECT_FAILURE = (
+    _stores(base_subprocess.BaseSubprocessTransport._connect_pipes, "raw_pipe") > 0
+)
 #: Does the datagram transport subtract the 8 header bytes it adds per queued
 #: datagram (3.13 patch releases, 3.14)?
 STDLIB_DATAGRAM_HEADER_FIXED = hasattr(
@@ -356,11 +361,13 @@ DIVERGENCES: dict[str, Divergence] = {
     ),
     "subprocess-pipe-failure-no-hang": Divergence(
         what="If connecting one of a new child's pipes fails (loop.connect_read_pipe raising), "
-        "subprocess_exec raises that error once the child is killed and reaped; asyncio kills "
-        "the child but then waits forever for the pipe that never connected.",
-        why="A hang is never the intended behaviour; the error is asyncio's.",
-        versions="3.11-3.13 releases before gh-119710",
-        holds=not STDLIB_WAIT_RETURNS_AT_EXIT,
+        "subprocess_exec raises that error once the child is killed and reaped, and closes "
+        "the child's pipes; asyncio before gh-119710 kills the child but then waits forever "
+        "for the pipe that never connected, and 3.13 releases after it leave that pipe open.",
+        why="A hang is never the intended behaviour, nor a leaked fd; the error is "
+        "asyncio's. 3.14 closes the pipes too.",
+        versions="3.11-3.13",
+        holds=not (STDLIB_WAIT_RETURNS_AT_EXIT and STDLIB_CLOSES_PIPES_ON_CONNECT_FAILURE),
     ),
     "happy-eyeballs-no-refcycles": Divergence(
         what="When every attempt of create_connection(happy_eyeballs_delay=...) fails, the "
@@ -424,7 +431,8 @@ DIVERGENCES: dict[str, Divergence] = {
         what="writelines() on a TLS transport with an item that is not bytes-like raises "
         "TypeError at the call, and nothing of that call is sent; asyncio accepts it and "
         "fails later inside its SSL protocol, reporting 'Fatal error on SSL protocol' to the "
-        "exception handler and aborting the connection.",
+        "exception handler and aborting the connection (on PyPy, whose SSLObject.write() "
+        "takes a str, it sends the text).",
         why="write() already raises TypeError for such data (in asyncio too); a type error "
         "belongs to the caller, not to the connection.",
     ),

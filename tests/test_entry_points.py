@@ -274,8 +274,18 @@ def test_ctrl_c_cancels_main_task(tmp_path: Path) -> None:
             """
         )
     )
+    # A shell runs background jobs with SIGINT ignored, an exec keeps that,
+    # and Python then installs no KeyboardInterrupt handler: the child is
+    # started through a launcher that restores the default first.
+    launcher = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, sys.argv[1]])"
+    )
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", launcher, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

@@ -30,7 +30,10 @@ import pytest
 import tideloop
 
 from divergences import DIVERGENCES
+from ipc_support import until as ipc_until
 from ipc_support import wait_until_zombie
+
+IS_PYPY = sys.implementation.name == "pypy"
 
 
 def stdlib_loop() -> asyncio.AbstractEventLoop:
@@ -570,15 +573,22 @@ async def _spawn_with_failing_read_pipe(loop: asyncio.AbstractEventLoop) -> None
 def check_subprocess_pipe_failure_no_hang() -> None:
     loop = stdlib_loop()
     try:
-        with pytest.raises(TimeoutError):
+        try:
             loop.run_until_complete(asyncio.wait_for(_spawn_with_failing_read_pipe(loop), 1.0))
+        except TimeoutError:
+            hung = True  # asyncio before gh-119710
+        except OSError:
+            hung = False
         # The child was killed; its stdout pipe, which asyncio never wrapped, is
-        # still open: close it, and let the watcher reap the child.
+        # still open (asyncio 3.11-3.13): close it, and let the watcher reap it.
+        left_open = False
         for obj in gc.get_objects():
             if isinstance(obj, subprocess.Popen) and obj.args == ("sleep", "30"):
-                if obj.stdout is not None:
+                if obj.stdout is not None and not obj.stdout.closed:
+                    left_open = True
                     obj.stdout.close()
                 obj.wait()
+        assert hung or left_open
     finally:
         loop.close()
 
@@ -769,6 +779,11 @@ def check_tls_writelines_type_check() -> None:
     async def main() -> BaseException | None:
         srv, transport, client = await _tls_pair(loop, _TLSRecorder)
         transport.writelines([b"a", "text"])  # asyncio: no TypeError here
+        if IS_PYPY:
+            # PyPy's ssl module: SSLObject.write() takes a str, so the text
+            # goes out (and the server echoes it) as if it were bytes.
+            await ipc_until(lambda: bytes(client.data) == b"atext", 10)
+            transport.close()
         exc = await asyncio.wait_for(client.lost, 10)
         srv.close()
         await srv.wait_closed()
@@ -776,8 +791,12 @@ def check_tls_writelines_type_check() -> None:
 
     try:
         exc = loop.run_until_complete(main())
-        assert isinstance(exc, TypeError)  # ...but the connection is aborted with it
-        assert [ctx["message"] for ctx in reports] == ["Fatal error on SSL protocol"]
+        if IS_PYPY:
+            assert exc is None
+            assert reports == []
+        else:
+            assert isinstance(exc, TypeError)  # ...but the connection is aborted with it
+            assert [ctx["message"] for ctx in reports] == ["Fatal error on SSL protocol"]
     finally:
         loop.close()
 
