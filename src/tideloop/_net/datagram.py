@@ -5,13 +5,13 @@ creates and binds (and, for a remote address, connects) the socket, and
 hands it to the transports layer's ``_make_datagram_transport``.
 
 Semantics are asyncio's (``base_events.create_datagram_endpoint``) for the
-running Python: the same argument checks and messages (3.13 accepts any
-non-stream socket as *sock*; 3.11 and 3.12 only SOCK_DGRAM, with another
-message), the same search over address families (the first family in
-which both addresses resolve and the socket binds and connects wins; if
-none does, the first error is raised), and ``reuse_address`` is not a
-parameter at all, so passing it is a TypeError, as asyncio's signature
-makes it.
+running Python: the same argument checks and messages (3.13 and PyPy 3.11
+accept any non-stream socket as *sock*; CPython 3.11 and 3.12 only
+SOCK_DGRAM, with another message), the same search over address families
+(the first family in which both addresses resolve and the socket binds and
+connects wins; if none does, the first error is raised), and
+``reuse_address`` is not a parameter at all, so passing it is a TypeError,
+as asyncio's signature makes it.
 
 Facts / what this means for us:
 - Connecting a UDP socket only records the peer in the kernel: no packet is
@@ -33,7 +33,6 @@ import asyncio
 import os
 import socket
 import stat
-import sys
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -43,7 +42,19 @@ from tideloop._transports.factory import TransportMethods
 
 from .server import _set_reuseport
 
-_PY313: Final = sys.version_info >= (3, 13)
+
+def _stdlib_refuses_only_stream_socks() -> bool:
+    """Does the stdlib refuse only a SOCK_STREAM *sock* ("A datagram socket was expected")?
+
+    Not a version number: 3.13 made the change and PyPy's 3.11 stdlib has it
+    too (3.11 and 3.12 refuse every type but SOCK_DGRAM, "A UDP Socket was
+    expected"), so it is read off the running stdlib's own code.
+    """
+    consts = asyncio.BaseEventLoop.create_datagram_endpoint.__code__.co_consts
+    return any(isinstance(c, str) and c.startswith("A datagram socket was") for c in consts)
+
+
+_ANY_NON_STREAM_SOCK: Final = _stdlib_refuses_only_stream_socks()
 
 
 class DatagramMethods(TransportMethods):
@@ -66,7 +77,7 @@ class DatagramMethods(TransportMethods):
     ) -> tuple[asyncio.DatagramTransport, asyncio.BaseProtocol]:
         r_addr: Any = None
         if sock is not None:
-            if _PY313:
+            if _ANY_NON_STREAM_SOCK:
                 if sock.type == socket.SOCK_STREAM:
                     raise ValueError(f"A datagram socket was expected, got {sock!r}")
             elif sock.type != socket.SOCK_DGRAM:

@@ -77,6 +77,17 @@ from .connect import ProtocolFactory
 
 _PY312: Final = sys.version_info >= (3, 12)
 _PY313: Final = sys.version_info >= (3, 13)
+# How create_server() reports a failed bind changed in patch releases (and
+# PyPy's 3.11 stdlib has one change but not the other), so both are read off
+# the running stdlib's code rather than a version number:
+# - does it skip an address whose bind fails with EADDRNOTAVAIL (the family
+#   is probably not enabled, bpo-30945), raising "could not bind on any
+#   address" only when none is left? (3.13+, PyPy's 3.11; not 3.11.7, 3.12.1);
+# - does its message end with err.strerror (3.11, 3.12.1, PyPy) or with
+#   str(err), which starts with "[errno N]" (3.13+)?
+_CREATE_SERVER_NAMES: Final = asyncio.BaseEventLoop.create_server.__code__.co_names
+_BIND_SKIPS_EADDRNOTAVAIL: Final = "EADDRNOTAVAIL" in _CREATE_SERVER_NAMES
+_BIND_MESSAGE_STRERROR: Final = "strerror" in _CREATE_SERVER_NAMES
 
 _OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -595,19 +606,18 @@ class ServerMethods(TransportMethods):
                 try:
                     sock.bind(sa)
                 except OSError as err:
-                    if _PY312:
-                        text = str(err).lower()
-                        msg = f"error while attempting to bind on address {sa!r}: {text}"
-                        if err.errno == errno.EADDRNOTAVAIL:
-                            # The family is probably not enabled (bpo-30945).
-                            sockets.pop()
-                            sock.close()
-                            if self._debug:
-                                logger.warning(msg)
-                            continue
-                    else:
+                    if _BIND_MESSAGE_STRERROR:
                         text = (err.strerror or str(err)).lower()
-                        msg = f"error while attempting to bind on address {sa!r}: {text}"
+                    else:
+                        text = str(err).lower()
+                    msg = f"error while attempting to bind on address {sa!r}: {text}"
+                    if _BIND_SKIPS_EADDRNOTAVAIL and err.errno == errno.EADDRNOTAVAIL:
+                        # The family is probably not enabled (bpo-30945).
+                        sockets.pop()
+                        sock.close()
+                        if self._debug:
+                            logger.warning(msg)
+                        continue
                     raise OSError(err.errno, msg) from None
             if not sockets:
                 raise OSError(
