@@ -131,7 +131,7 @@ def waitid_exited(pid: int, *, block: bool) -> bool:
         options = os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
         return os.waitid(os.P_PID, pid, options) is not None
     else:  # typeshed has no os.waitid for macOS; HAS_WAITID is False off Linux
-        raise NotImplementedError("waitid_exited() needs HAS_WAITID")
+        raise RuntimeError("waitid_exited() is for Linux only (HAS_WAITID)")
 
 
 _thread_ids = itertools.count()
