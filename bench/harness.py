@@ -1,9 +1,13 @@
 """Running one case under one loop, once: processes, pinning, measurement windows.
 
 Every run is a fresh worker process (``bench/_worker.py``) pinned to the
-server CPU. For a server workload the load generator (the compiled echo
-client or ``wrk``) runs pinned to the other CPU, and the measurement window
-is the load generator's, after its warm-up:
+server CPU, on the interpreter the loop's name says (`worker_command`: the
+host's Python, or PyPy in the Debian root for ``pypy/...``; the process
+started is the worker itself, whatever the interpreter). A primitive warms
+up for ``--warmup`` seconds before its measured run. For a server workload
+the load generator (the compiled echo client or ``wrk``) runs pinned to the
+other CPU, and the measurement window is the load generator's, after its
+warm-up:
 
 - echo client: it prints ``START`` when warm-up ends and ``END`` when
   measurement ends; the server's CPU time is read from ``/proc/<pid>/stat``
@@ -45,10 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import interpreters
 from bench.api import Primitive, Server
 from bench.clients import build
+from bench.interpreters import Interpreter
 
-__all__ = ["Config", "run_case"]
+__all__ = ["Config", "run_case", "worker_command"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -59,11 +65,13 @@ WRK_LUA = Path(__file__).resolve().parent / "clients" / "wrk_report.lua"
 class Config:
     quick: bool
     repeats: int
-    warmup: float  # seconds of load before measuring (server workloads)
+    warmup: float  # seconds of load (servers) or of warm-up runs (primitives) before measuring
     duration: float  # seconds measured (server workloads)
     server_cpu: int | None
     client_cpu: int | None
-    python: str = sys.executable
+    python: str = sys.executable  # the host's interpreter for the workers (not pypy/...)
+    #: A primitive's measured run of n is repeated until this many seconds have passed.
+    min_seconds: float = 0.0
     _echo_client: Path | str | None = field(default=None, repr=False)
     _tls_echo_client: Path | str | None = field(default=None, repr=False)
 
@@ -97,14 +105,18 @@ def pin(cpu: int | None) -> list[str]:
     return ["taskset", "-c", str(cpu)]
 
 
-def worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [str(ROOT), str(ROOT / "src")]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env.pop("PYTHONASYNCIODEBUG", None)
-    return env
+def worker_command(loop: str, spec: dict[str, Any], cfg: Config) -> tuple[Interpreter, list[str]]:
+    """The interpreter that runs *loop* and the pinned command of its worker for *spec*.
+
+    The worker is given the loop's plain name (``tideloop`` for
+    ``pypy/tideloop``): which interpreter it runs on is decided here, from
+    the name's prefix. Every program in the command execs the next, so the
+    process started is the worker: its pid is the one measured.
+    """
+    prefix, inner = interpreters.split(loop)
+    interp = interpreters.interpreter(prefix, cfg.python)
+    args = ["-m", "bench._worker", json.dumps({**spec, "loop": inner})]
+    return interp, [*pin(cfg.server_cpu), *interp.command(args)]
 
 
 def proc_cpu(pid: int) -> tuple[float, float]:
@@ -240,13 +252,20 @@ def run_case(
 def run_primitive(
     workload: Primitive, params: dict[str, int], loop: str, cfg: Config
 ) -> dict[str, Any]:
-    spec = {"kind": "primitive", "workload": workload.name, "loop": loop, "n": params["n"]}
-    cmd = [*pin(cfg.server_cpu), cfg.python, "-m", "bench._worker", json.dumps(spec)]
+    spec = {
+        "kind": "primitive",
+        "workload": workload.name,
+        "loop": loop,
+        "n": params["n"],
+        "warmup": cfg.warmup,
+        "min_seconds": cfg.min_seconds,
+    }
+    interp, cmd = worker_command(loop, spec, cfg)
     # Children's rusage grows by exactly this worker's once it is reaped.
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy0, t0 = machine_busy(), time.monotonic()
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=worker_env(), cwd=ROOT, timeout=600, check=False
+        cmd, capture_output=True, text=True, env=interp.env(), cwd=ROOT, timeout=600, check=False
     )
     busy1, t1 = machine_busy(), time.monotonic()
     usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -258,7 +277,8 @@ def run_primitive(
     out = json.loads(lines[-1])
     if out["status"] != "ok":
         return dict(out)
-    extra = {k: out[k] for k in ("p50_us", "p90_us", "p99_us", "max_us") if k in out}
+    keep = ("p50_us", "p90_us", "p99_us", "max_us", "warmup_runs", "runs")
+    extra = {k: out[k] for k in keep if k in out}
     # Over the worker's whole life (start-up included): a busy machine shows here.
     extra["other_cpu_pct"] = other_load(busy1 - busy0, own, t1 - t0)
     return finish(
@@ -279,8 +299,13 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
         client = cfg.echo_client()
     elif workload.client == "tls_echo":
         client = cfg.tls_echo_client()
-    with tempfile.TemporaryDirectory(prefix="tideloop-bench-") as tmp:
-        address: Any = str(Path(tmp) / "s.sock") if workload.family == "unix" else ["127.0.0.1", 0]
+    prefix = interpreters.split(loop)[0]
+    interp = interpreters.interpreter(prefix, cfg.python)
+    # A Unix socket's directory must be one both the worker and the client see.
+    with tempfile.TemporaryDirectory(prefix="tideloop-bench-", dir=interp.scratch_dir()) as tmp:
+        address: Any = ["127.0.0.1", 0]
+        if workload.family == "unix":
+            address = interp.to_inside(Path(tmp) / "s.sock")
         spec = {
             "kind": "server",
             "workload": workload.name,
@@ -289,10 +314,10 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
             "address": address,
         }
         errlog = Path(tmp) / "server.err"
-        cmd = [*pin(cfg.server_cpu), cfg.python, "-m", "bench._worker", json.dumps(spec)]
+        _, cmd = worker_command(loop, spec, cfg)
         with open(errlog, "wb") as err:
             server = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=err, env=worker_env(), cwd=ROOT
+                cmd, stdout=subprocess.PIPE, stderr=err, env=interp.env(), cwd=ROOT
             )
         try:
             line = LineReader(server).readline(time.monotonic() + 60)
@@ -304,6 +329,8 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
             if status["status"] != "ready":
                 return dict(status)
             bound = status["address"]
+            if isinstance(bound, str):  # a Unix socket, by the worker's name for it
+                bound = str(interp.to_host(bound))
             tls = workload.client in ("tls_echo", "https")
             # Listening, before any connection: the base of the per-connection memory.
             rss_idle = proc_rss(server.pid)

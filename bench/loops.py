@@ -8,6 +8,12 @@ and ``tideloop`` is this project.
 --baseline REF``): its source tree is exported to ``bench/.build/`` and the
 worker imports tideloop from there, so a change is measured against what it
 changes, interleaved in one run.
+
+``pypy/asyncio`` and ``pypy/tideloop`` are the same loops on PyPy, which runs
+in the Debian root of ``.ci/sid`` (see `bench.interpreters`): a name
+``INTERPRETER/LOOP`` is loop LOOP on that interpreter. `factory` takes plain
+names only (the worker runs on the interpreter the harness chose); the other
+functions take either and ask the interpreter about its own loops.
 """
 
 from __future__ import annotations
@@ -23,17 +29,26 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import interpreters
+
 __all__ = [
+    "HOST_LOOPS",
     "LOOPS",
     "baseline_name",
     "byte_compile",
+    "default",
     "export_baseline",
     "factory",
     "unavailable_reason",
     "version",
 ]
 
-LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "tideloop")
+#: The loops on the host's Python, in the suite's canonical order (asyncio first: the baseline).
+HOST_LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "tideloop")
+#: Every loop the suite knows: the host's, then each other interpreter's (``pypy/tideloop``).
+LOOPS: tuple[str, ...] = HOST_LOOPS + tuple(
+    f"{prefix}/{loop}" for prefix, interp in interpreters.OTHERS.items() for loop in interp.loops
+)
 
 #: Where ``tideloop@REF`` is imported from, set by `export_baseline` and
 #: inherited by the worker processes.
@@ -86,8 +101,15 @@ def byte_compile(name: str) -> None:
     set) starts with a heap that compilation grew by about 1.4 MiB, and an
     A/A run of one tree against itself measured that copy faster and its
     memory per connection as zero. `compileall` writes the caches whatever
-    that variable says; it rewrites only stale ones.
+    that variable says; it rewrites only stale ones. A loop on another
+    interpreter is compiled by that interpreter (PyPy's caches are its own
+    files, ``*.pypy311.pyc``).
     """
+    prefix, inner = interpreters.split(name)
+    if prefix:
+        if inner.startswith("tideloop"):
+            interpreters.OTHERS[prefix].byte_compile(inner)
+        return
     if name == "tideloop":
         spec = importlib.util.find_spec("tideloop")
         if spec is None or not spec.submodule_search_locations:
@@ -114,11 +136,27 @@ def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         return tideloop.new_event_loop
     if name.startswith("tideloop@"):
         return _import_from(os.environ[BASELINE_ENV])
-    raise ValueError(f"unknown loop {name!r} (known: {', '.join(LOOPS)})")
+    if interpreters.split(name)[0]:
+        # The harness runs the worker on that interpreter, with the plain name.
+        raise ValueError(f"{name!r} names its interpreter: factory() takes the loop's plain name")
+    raise ValueError(f"unknown loop {name!r} (known: {', '.join(HOST_LOOPS)})")
+
+
+def default(name: str) -> bool:
+    """Whether ``python -m bench`` runs loop *name* when ``--loops`` does not say.
+
+    The host's loops always (one that cannot be imported is reported as
+    skipped); another interpreter's loops when they can run here.
+    """
+    prefix, _ = interpreters.split(name)
+    return not prefix or unavailable_reason(name) is None
 
 
 def unavailable_reason(name: str) -> str | None:
-    """None if loop *name* can be imported here, else why not."""
+    """None if loop *name* can be imported here (or on its interpreter), else why not."""
+    prefix, inner = interpreters.split(name)
+    if prefix:
+        return interpreters.OTHERS[prefix].unavailable_reason(inner)
     if name == "asyncio":
         return None
     if name.startswith("tideloop@"):
@@ -128,9 +166,26 @@ def unavailable_reason(name: str) -> str | None:
     return None
 
 
+def python_version() -> str:
+    """``Python 3.11.9``; on PyPy ``PyPy 8.0.1 (Python 3.11.17)`` (its own and its language's)."""
+    pypy = getattr(sys, "pypy_version_info", None)
+    if pypy is not None:
+        return f"PyPy {pypy.major}.{pypy.minor}.{pypy.micro} (Python {platform.python_version()})"
+    return f"Python {platform.python_version()}"
+
+
 def version(name: str) -> str:
+    """The version of loop *name*: the interpreter's for asyncio, the package's otherwise.
+
+    A loop on another interpreter is asked of it: ``pypy/asyncio`` is ``PyPy
+    8.0.1 (Python 3.11.17)``, ``pypy/tideloop`` ``0.1.0, PyPy 8.0.1 (Python
+    3.11.17)``.
+    """
+    prefix, inner = interpreters.split(name)
+    if prefix:
+        return interpreters.OTHERS[prefix].version(inner)
     if name == "asyncio":
-        return f"Python {platform.python_version()}"
+        return python_version()
     if name.startswith("tideloop@"):
         return name.partition("@")[2]
     try:

@@ -14,6 +14,12 @@ the published table is this output.
 Runs made before the compiled (mypyc) build was retired also measured
 ``tideloop-compiled``; their tables keep its columns and summary lines, so
 that a table published from such a run is still this output.
+
+A run that measured the PyPy loops (``pypy/asyncio``, ``pypy/tideloop``) gets
+their columns too: throughput, PyPy's tideloop against uvloop on CPython and
+against PyPy's own stdlib loop; the summary gives those ratios' ranges and
+PyPy's tideloop against CPython's. A run without them prints what it printed
+before they existed.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ DASH = "\u2013"
 LOOPS = ("asyncio", "uvloop", "tideloop")
 #: The retired compiled build, in runs made before it was retired.
 COMPILED = "tideloop-compiled"
+#: The stdlib loop and tideloop on PyPy (bench/interpreters.py).
+PYPY_STDLIB = "pypy/asyncio"
+PYPY = "pypy/tideloop"
+#: Every loop a run may have measured, in column order.
+ALL_LOOPS = (*LOOPS, COMPILED, PYPY_STDLIB, PYPY)
 
 #: Row titles by workload; "{size}" and "{conns}" come from the case's params.
 TITLES: dict[str, str] = {
@@ -95,14 +106,42 @@ def title(case: dict[str, Any]) -> str:
     )
 
 
+def measured(cases: Sequence[dict[str, Any]], *names: str) -> bool:
+    """Whether the run measured any of the loops *names*."""
+    return any(r["loop"] in names for case in cases for r in case["runs"])
+
+
 def has_compiled(cases: Sequence[dict[str, Any]]) -> bool:
     """Whether the run measured the retired compiled build."""
-    return any(r["loop"] == COMPILED for case in cases for r in case["runs"])
+    return measured(cases, COMPILED)
+
+
+def has_pypy(cases: Sequence[dict[str, Any]]) -> bool:
+    """Whether the run measured the PyPy loops."""
+    return measured(cases, PYPY_STDLIB, PYPY)
+
+
+def columns(
+    cases: Sequence[dict[str, Any]],
+) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """The table's throughput columns (header, loop) and ratio columns (header, loop, base)."""
+    ops = [("stdlib", "asyncio"), ("uvloop", "uvloop"), ("tideloop", "tideloop")]
+    ratios = [("tideloop vs stdlib", "tideloop", "asyncio"), ("vs uvloop", "tideloop", "uvloop")]
+    if has_compiled(cases):
+        ops.append(("compiled", COMPILED))
+        ratios.append(("compiled vs uvloop", COMPILED, "uvloop"))
+    if has_pypy(cases):
+        ops += [("PyPy stdlib", PYPY_STDLIB), ("PyPy tideloop", PYPY)]
+        ratios += [
+            ("PyPy tideloop vs uvloop (CPython)", PYPY, "uvloop"),
+            ("vs PyPy stdlib", PYPY, PYPY_STDLIB),
+        ]
+    return ops, ratios
 
 
 def stats(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The case's per-loop medians and ratios, as the suite's own report computes them."""
-    return report.summarise(case["runs"], (*LOOPS, COMPILED))
+    return report.summarise(case["runs"], ALL_LOOPS)
 
 
 def median_of(case: dict[str, Any], loop: str, key: str) -> float | None:
@@ -154,44 +193,32 @@ def header(doc: dict[str, Any]) -> str:
     m = doc["machine"]
     versions = doc["config"].get("loop_versions", {})
     uv = versions.get("uvloop", {}).get("version", "?")
+    pypy = versions.get(PYPY_STDLIB, {}).get("version")
+    interpreters = f"CPython {m['python']}, uvloop {uv}, " + (f"{pypy}, " if pypy else "")
     return (
         f"Run {doc['created'][:16].replace('T', ' ')}{DASH}{doc['finished'][11:16]} UTC, "
         f"{m['cpu_model']} ({m['cpus']} CPUs), Linux {m['kernel'].split('-')[0]}, "
-        f"CPython {m['python']}, uvloop {uv}, tideloop at commit {m['git_commit']}, "
-        f"`{doc['command']}`"
+        f"{interpreters}tideloop at commit {m['git_commit']}, `{doc['command']}`"
     )
 
 
 def table(cases: Sequence[dict[str, Any]]) -> str:
-    compiled = has_compiled(cases)
-    loops = (*LOOPS, COMPILED) if compiled else LOOPS
-    if compiled:
-        lines = [
-            "| workload | stdlib | uvloop | tideloop | compiled | tideloop vs stdlib"
-            " | vs uvloop | compiled vs uvloop | CPU µs/op |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
-        ]
-    else:
-        lines = [
-            "| workload | stdlib | uvloop | tideloop | tideloop vs stdlib | vs uvloop"
-            " | CPU µs/op |",
-            "|---|--:|--:|--:|--:|--:|--:|",
-        ]
+    ops_columns, ratio_columns = columns(cases)
+    loops = [loop for _, loop in ops_columns]
+    heads = [h for h, _ in ops_columns] + [h for h, _, _ in ratio_columns]
+    lines = [
+        "| workload | " + " | ".join(heads) + " | CPU µs/op |",
+        "|---|" + "--:|" * (len(heads) + 1),
+    ]
     for case in cases:
         ops = {loop: median_of(case, loop, "ops_per_s") for loop in loops}
         cpu = " / ".join(_cpu(cpu_per_op(case, loop)) for loop in loops)
         mem = [median_of(case, loop, "rss_per_conn_kib") for loop in loops]
         if case["workload"] == "tcp_echo_scale" and all(v is not None for v in mem):
             cpu += " · mem/conn KiB " + " / ".join(f"{v:.1f}" for v in mem if v is not None)
-        row = f"| {title(case)} | {_num(ops['asyncio'])} | {_num(ops['uvloop'])} "
-        row += f"| {_num(ops['tideloop'])} "
-        if compiled:
-            row += f"| {_num(ops[COMPILED])} "
-        row += f"| {_x(_ratio(ops['tideloop'], ops['asyncio']))} "
-        row += f"| {_x(_ratio(ops['tideloop'], ops['uvloop']))} "
-        if compiled:
-            row += f"| {_x(_ratio(ops[COMPILED], ops['uvloop']))} "
-        lines.append(row + f"| {cpu} |")
+        cells = [_num(ops[loop]) for loop in loops]
+        cells += [_x(_ratio(ops[loop], ops[base])) for _, loop, base in ratio_columns]
+        lines.append(f"| {title(case)} | " + " | ".join(cells) + f" | {cpu} |")
     return "\n".join(lines)
 
 
@@ -229,6 +256,16 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
     if compiled:
         out.append(f"  compiled vs uvloop   {_range(ratios('primitive', COMPILED, 'uvloop'))}")
         out.append(f"  compiled vs tideloop {_range(ratios('primitive', COMPILED, 'tideloop'))}")
+    if has_pypy(cases):
+        for group, name, count in (("io", "I/O", len(io)), ("primitive", "primitive", len(prim))):
+            out.append(f"PyPy, {name} rows ({count}):")
+            for label, loop, base in (
+                ("PyPy tideloop vs uvloop (CPython)  ", PYPY, "uvloop"),
+                ("PyPy tideloop vs PyPy stdlib       ", PYPY, PYPY_STDLIB),
+                ("PyPy tideloop vs tideloop (CPython)", PYPY, "tideloop"),
+                ("PyPy stdlib vs stdlib (CPython)    ", PYPY_STDLIB, "asyncio"),
+            ):
+                out.append(f"  {label} {_range(ratios(group, loop, base))}")
 
     def meets(group: list[dict[str, Any]], loop: str, base: str, target: float) -> str:
         met = []
@@ -244,7 +281,7 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
     if compiled:
         out.append(f"  I/O, compiled >= 1.05x uvloop:       {meets(io, COMPILED, 'uvloop', 1.05)}")
         out.append(f"  primitives, compiled >= 0.8x uvloop: {meets(prim, COMPILED, 'uvloop', 0.8)}")
-    loops = (*LOOPS, COMPILED) if compiled else LOOPS
+    loops = [loop for _, loop in columns(cases)[0]]
     spreads = [s for c in cases for loop in loops if (s := spread(c, loop)) is not None]
     if spreads:
         out.append(

@@ -23,7 +23,9 @@ the numbers ``python -m bench`` reports. Three modes:
     CPU 0, loops interleaved, R rounds; each process prints its best of
     three runs of N callbacks and the median over rounds is shown. With one
     fd every callback is one iteration (its poll may block: the ready queue
-    is empty when it polls); with many, the iteration is shared.
+    is empty when it polls); with many, the iteration is shared. A loop
+    on PyPy (``--loops tideloop,pypy/tideloop``) runs on PyPy in the Debian
+    root, as ``python -m bench`` runs it (``bench/interpreters.py``).
 
     python -m bench.profile calls sleep0 --loop tideloop
     python -m bench.profile server unix_echo --loop tideloop --conns 10
@@ -52,7 +54,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from bench import loops
+from bench import interpreters, loops
 from bench.api import Primitive, Server
 from bench.workloads import get
 
@@ -178,8 +180,16 @@ def iteration_cost(requested: list[str], fds: int, rounds: int, n: int) -> None:
     results: dict[str, list[float]] = {name: [] for name in loop_names}
     for _ in range(rounds):
         for name in loop_names:
-            cmd = [sys.executable, "-m", "bench.profile", "_iteration", name, "--fds", str(fds)]
-            out = subprocess.run([*pin, *cmd, "-n", str(n)], check=True, capture_output=True)
+            prefix, inner = interpreters.split(name)
+            interp = interpreters.interpreter(prefix)
+            args = ["-m", "bench.profile", "_iteration", inner, "--fds", str(fds), "-n", str(n)]
+            out = subprocess.run(
+                [*pin, *interp.command(args)],
+                check=True,
+                capture_output=True,
+                env=interp.env(),
+                cwd=interpreters.REPO,
+            )
             results[name].append(float(out.stdout))
     what = "iteration" if fds == 1 else "callback"
     print(f"ns per {what}, {fds} ready fd(s), median of {rounds} (best of 3 x {n:,} each):")

@@ -98,8 +98,9 @@ def _ratio(v: float | None) -> str:
 
 def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
     """The human-readable results table (one block per case, one row per loop)."""
+    w = max(10, *(len(loop) + 1 for loop in loops))  # "pypy/tideloop" is wider than "asyncio"
     head = (
-        f"{'':2}{'loop':<10}{'ops/s':>12}{'p50':>9}{'p99':>9}"
+        f"{'':2}{'loop':<{w}}{'ops/s':>12}{'p50':>9}{'p99':>9}"
         f"{'usr us/op':>11}{'sys us/op':>11}{'srv CPU':>9}{'cli CPU':>9}{'other':>7}"
         f"{'vs asyncio':>12}{'vs uvloop':>11}{'mem/conn':>10}"
     )
@@ -113,7 +114,7 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
                 continue
             if s["status"] != "ok":
                 reason = str(s.get("reason", "")).replace("\n", " ")
-                lines.append(f"{'':2}{loop:<10}{s['status']}: {reason[:90]}")
+                lines.append(f"{'':2}{loop:<{w}}{s['status']}: {reason[:90]}")
                 continue
             srv = _pct(s["cpu_pct"])
             if case["kind"] == "server" and (s["cpu_pct"] or 0) < SATURATED_PCT:
@@ -124,7 +125,7 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
                 other += "!"
                 disturbed = True
             lines.append(
-                f"{'':2}{loop:<10}{_num(s['ops_per_s']):>12}{_lat(s['p50_us']):>9}"
+                f"{'':2}{loop:<{w}}{_num(s['ops_per_s']):>12}{_lat(s['p50_us']):>9}"
                 f"{_lat(s['p99_us']):>9}{_us(s['cpu_user_us_per_op']):>11}"
                 f"{_us(s['cpu_sys_us_per_op']):>11}{srv:>9}{_pct(s['client_cpu_pct']):>9}"
                 f"{other:>7}"
@@ -171,7 +172,20 @@ COLOURS = {
     "asyncio": "#4c72b0",
     "uvloop": "#dd8452",
     "tideloop": "#55a868",
+    # The same loops on PyPy: the same hues, darker.
+    "pypy/asyncio": "#2a4a7f",
+    "pypy/tideloop": "#2f6b3c",
 }
+#: For loops without a colour of their own (tideloop@REF): distinct from the above.
+SPARE_COLOURS = ("#8172b3", "#c44e52", "#937860", "#da8bc3", "#8c8c8c")
+
+
+def loop_colour(loop: str, loops: Sequence[str]) -> str:
+    """The loop's colour in every chart: its own, or a spare one by its place in *loops*."""
+    if loop in COLOURS:
+        return COLOURS[loop]
+    others = [name for name in loops if name not in COLOURS]
+    return SPARE_COLOURS[others.index(loop) % len(SPARE_COLOURS)] if loop in others else "#333333"
 
 
 def scaling_param(cases: list[dict[str, Any]]) -> str | None:
@@ -200,7 +214,9 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     machine = doc["machine"]
     footer = (
         f"{doc['created'][:10]} · {machine['cpu_model']} ({machine['cpus']} CPUs) · "
-        f"Linux {machine['kernel']} · Python {machine['python']}\n{doc['mode']} mode, "
+        f"Linux {machine['kernel']} · Python {machine['python']}"
+        + "".join(f" · {v}" for v in machine.get("interpreters", {}).values())
+        + f"\n{doc['mode']} mode, "
         f"median of {doc['config']['repeats']} (whiskers: min-max); labels: ratio to asyncio"
     )
     by_workload: dict[str, list[dict[str, Any]]] = {}
@@ -229,7 +245,7 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
                 hi.append(s["ops_per_s_max"] - s["ops_per_s"])
                 user.append(s["cpu_user_us_per_op"] or 0.0)
                 system.append(s["cpu_sys_us_per_op"] or 0.0)
-            colour = COLOURS.get(loop)
+            colour = loop_colour(loop, loops)
             ax1.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=colour)
             for x, y, ratio in zip(xs, ys, ratios, strict=True):
                 if ratio is not None and loop != "asyncio":
@@ -242,7 +258,7 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
         ax1.set_ylabel(f"{unit}/s (higher is better)")
         ax1.set_title(cases[0]["title"])
         ax1.legend(
-            handles=[Patch(color=COLOURS.get(loop), label=loop) for loop in loops],
+            handles=[Patch(color=loop_colour(loop, loops), label=loop) for loop in loops],
             loc="best",
             fontsize=8,
         )
@@ -300,7 +316,7 @@ def _scaling_chart(
                 second.append((s["cpu_user_us_per_op"] or 0.0) + (s["cpu_sys_us_per_op"] or 0.0))
         if not xs:
             continue
-        colour = COLOURS.get(loop)
+        colour = loop_colour(loop, loops)
         ax1.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colour, label=loop)
         ax2.plot(xs, second, marker="o", color=colour, label=loop)
     if max(xs_all) >= 10 * min(xs_all):

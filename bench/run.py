@@ -6,10 +6,14 @@
     python bench/run.py --quick                # same thing, as a script
 
 For each case (a workload with one set of parameters), every repeat runs
-each loop once, in turn (asyncio, uvloop, tideloop, asyncio, uvloop, ...),
+each loop once, in turn (asyncio, uvloop, tideloop, pypy/asyncio,
+pypy/tideloop, asyncio, ...),
 each in a fresh process, so that slow drifts of the machine hit every loop
-alike. A loop whose server cannot start (NotImplementedError) is reported
-as unavailable for that case and not retried. A run during which other
+alike. The PyPy loops run in the Debian root of ``.ci/sid`` (see
+``bench/interpreters.py``); without ``--loops`` they are measured when they
+can run here, and left out with a note otherwise. A loop whose server
+cannot start (NotImplementedError) is reported as unavailable for that
+case and not retried. A run during which other
 programs used more than a quarter of a core is measured again (``--retries``,
 2 by default in full mode); the disturbed attempts are kept in the JSON.
 
@@ -32,11 +36,15 @@ from typing import Any, TextIO
 if __package__ in (None, ""):  # run as a script: python bench/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import harness, loops, machine, report
+from bench import harness, interpreters, loops, machine, report
 from bench.api import case_label
 from bench.workloads import Workload, all_workloads
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: A primitive's measured part lasts at least this long (its run of n is
+#: repeated): n is sized for CPython, and PyPy can finish it in a few ms.
+MIN_SECONDS = 0.5
+MIN_SECONDS_QUICK = 0.2
 
 
 class Progress:
@@ -86,7 +94,8 @@ def outcome(result: dict[str, Any], unit: str) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run event loops side by side: the stdlib loop, uvloop and tideloop.",
+        description="Run event loops side by side: the stdlib loop, uvloop and tideloop,"
+        " and the stdlib loop and tideloop on PyPy.",
     )
     p.add_argument("--quick", action="store_true", help="short run (about a minute)")
     p.add_argument(
@@ -95,10 +104,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated patterns (fnmatch or substring) selecting workloads or cases, "
         "e.g. 'tcp_echo_*,call_soon' or 'tcp_echo_protocol 1KiB*'; loop names here select loops",
     )
-    p.add_argument("--loops", default="", help="comma-separated loops (default: all available)")
+    p.add_argument(
+        "--loops",
+        default="",
+        help=f"comma-separated loops, of {', '.join(loops.LOOPS)} (default: the host's three,"
+        " and the PyPy ones if they can run here)",
+    )
     p.add_argument("--repeat", type=int, help="repeats per loop (median of N); default 3, quick 1")
     p.add_argument("--duration", type=float, help="measured seconds per server run")
-    p.add_argument("--warmup", type=float, help="seconds of load before measuring")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        help="seconds of load (servers) or of warm-up runs (primitives) before measuring;"
+        " default 1, quick 0.5",
+    )
     p.add_argument(
         "--retries",
         type=int,
@@ -137,6 +156,26 @@ def select(
     return chosen
 
 
+def choose_loops(requested: list[str], stream: TextIO | None = None) -> list[str]:
+    """The loops to run, in the canonical order (asyncio first: the baseline).
+
+    The *requested* ones, or by default the host's loops (one that cannot
+    be imported is reported as skipped later) and the other interpreters'
+    loops that can run here; those that cannot are named on *stream*
+    (stderr) with the reason, once per reason.
+    """
+    if requested:
+        return [n for n in loops.LOOPS if n in requested]
+    wanted = [n for n in loops.LOOPS if loops.default(n)]
+    left_out: dict[str, list[str]] = {}
+    for n in loops.LOOPS:
+        if n not in wanted:
+            left_out.setdefault(loops.unavailable_reason(n) or "", []).append(n)
+    for reason, names in left_out.items():
+        print(f"not measuring {', '.join(names)}: {reason}", file=stream or sys.stderr)
+    return wanted
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quick: bool = args.quick
@@ -158,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown loop(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
-    # Always in the canonical order: asyncio first, as the baseline.
-    wanted = [n for n in loops.LOOPS if not loop_names or n in loop_names]
+    wanted = choose_loops(loop_names)
     if args.baseline:
         wanted.append(loops.export_baseline(args.baseline))
     loop_info = {
@@ -182,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
         duration=args.duration if args.duration is not None else (1.5 if quick else 5.0),
         server_cpu=args.server_cpu if pinned else None,
         client_cpu=args.client_cpu if pinned else None,
+        min_seconds=MIN_SECONDS_QUICK if quick else MIN_SECONDS,
     )
 
     info = machine.describe()
+    prefixes = sorted({interpreters.split(n)[0] for n in run_loops} - {""})
+    info["interpreters"] = {p: loops.version(f"{p}/asyncio") for p in prefixes}
     print(
         f"tideloop bench ({'quick' if quick else 'full'}): {len(cases)} cases x "
         f"{len(run_loops)} loops x {repeats} repeats on {info['cpu_model']}, "
-        f"{info['cpus']} CPUs, Python {info['python']}",
+        f"{info['cpus']} CPUs, Python {info['python']}"
+        + "".join(f", {v}" for v in info["interpreters"].values()),
         file=sys.stderr,
     )
     if not pinned:
@@ -273,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             "disturbed_above_other_cpu_pct": report.DISTURBED_PCT,
             "warmup_s": cfg.warmup,
             "duration_s": cfg.duration,
+            "primitive_min_s": cfg.min_seconds,
             "server_cpu": cfg.server_cpu,
             "client_cpu": cfg.client_cpu,
             "loop_versions": loop_info,
@@ -281,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         "discarded_runs": discarded,
     }
     print(report.table(results, run_loops))
+    others = "".join(f"{v} · " for v in info["interpreters"].values())
     print(
         f"\n{started:%Y-%m-%d %H:%M} UTC · {info['host']} · {info['cpu_model']} "
-        f"({info['cpus']} CPUs) · Linux {info['kernel']} · Python {info['python']} · "
+        f"({info['cpus']} CPUs) · Linux {info['kernel']} · Python {info['python']} · {others}"
         f"load {load_before} -> {info['load_after']}, other load "
         f"{background_before}% -> {background_after}%"
     )

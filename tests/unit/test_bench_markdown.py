@@ -72,3 +72,37 @@ def test_a_run_with_the_retired_compiled_build_keeps_its_columns() -> None:
     assert "| `call_soon` (callbacks/s) | 10 | 40 | 16 | 30 | 1.60x | 0.40x | 0.75x |" in table
     summary = markdown.summary([soon])
     assert "primitives, compiled >= 0.8x uvloop: 0/1 rows; missed: call_soon 0.75x" in summary
+
+
+def test_a_run_with_pypy_gets_its_columns_and_ratios() -> None:
+    five = ("asyncio", "uvloop", "tideloop", "pypy/asyncio", "pypy/tideloop")
+    soon = _case(
+        "call_soon", "primitive", dict(zip(five, ([10], [40], [16], [50], [80]), strict=True))
+    )
+    table = markdown.table([soon])
+    assert (
+        "| workload | stdlib | uvloop | tideloop | PyPy stdlib | PyPy tideloop"
+        " | tideloop vs stdlib | vs uvloop | PyPy tideloop vs uvloop (CPython) | vs PyPy stdlib"
+        " | CPU µs/op |"
+    ) in table
+    # 80 / 40 (uvloop on CPython) = 2.00x; 80 / 50 (PyPy's stdlib loop) = 1.60x.
+    row = "| `call_soon` (callbacks/s) | 10 | 40 | 16 | 50 | 80 | 1.60x | 0.40x | 2.00x | 1.60x |"
+    assert row in table
+    assert table.splitlines()[1].count("|") == table.splitlines()[0].count("|")
+    summary = markdown.summary([soon])
+    assert "PyPy tideloop vs uvloop (CPython)   2.00" in summary
+    assert "PyPy tideloop vs tideloop (CPython) 5.00" in summary
+
+
+def test_the_terminal_table_fits_the_pypy_names() -> None:
+    from bench import report
+
+    five = ("asyncio", "uvloop", "tideloop", "pypy/asyncio", "pypy/tideloop")
+    case = _case("call_soon", "primitive", {loop: [1000.0] for loop in five})
+    runs = [{**r, "cpu_pct": 100.0} for r in case["runs"]]
+    case.update(unit="callbacks", summary=report.summarise(runs, five))
+    lines = report.table([case], five).splitlines()
+    rows = [ln for ln in lines if ln.startswith("  ") and "1,000" in ln]
+    assert len(rows) == 5
+    # Every row's columns line up with the header's, whatever the name's length.
+    assert {ln.index("1,000") + len("1,000") for ln in rows} == {lines[0].index("ops/s") + 5}
