@@ -376,8 +376,9 @@ DIVERGENCES: dict[str, Divergence] = {
         "that only the garbage collector breaks.",
         why="Until a collection the cycle keeps the exception, its traceback and the locals "
         "of every frame in it alive (CPython PR 124859 is the upstream fix; anyio tests it).",
-        versions="3.11-3.13 releases before PR 124859",
-        holds=STDLIB_HAPPY_EYEBALLS_PARTIAL,
+        # PyPy frees nothing by reference counting: a cycle is garbage like any other.
+        versions="CPython 3.11-3.13 releases before PR 124859",
+        holds=STDLIB_HAPPY_EYEBALLS_PARTIAL and sys.implementation.name != "pypy",
     ),
     # TLS
     "tls-bytearray-get-buffer": Divergence(
@@ -402,8 +403,9 @@ DIVERGENCES: dict[str, Divergence] = {
         "cycle (frame, waiter, exception, traceback) that only the garbage collector frees.",
         why="Until a collection the cycle keeps the transport, its socket object and the "
         "protocol alive; 3.14 breaks it too.",
-        versions="3.11-3.13",
-        holds=not STDLIB_START_TLS_NO_CYCLE,
+        # PyPy frees nothing by reference counting: a cycle is garbage like any other.
+        versions="CPython 3.11-3.13",
+        holds=not STDLIB_START_TLS_NO_CYCLE and sys.implementation.name != "pypy",
     ),
     "start-tls-buffered-data": Divergence(
         what="A streams server's start_tls() hands what its StreamReader has buffered (the "
