@@ -206,7 +206,7 @@ ENTRIES: list[Entry] = [
         "drives loop._run_forever_setup/_run_once/_run_forever_cleanup by hand, relying on "
         "the mocked loop._selector.select returning at once (a real poller blocks: nothing is "
         "ready), and counts calls of a mocked loop._process_events",
-        pythons=("3.13", "3.14"),
+        pythons=("3.13", "3.14", "3.15"),
     ),
     Entry(
         "test_base_events.TideloopBaseLoopTests.test_run_forever_pre_stopped",
@@ -513,6 +513,17 @@ ENTRIES: list[Entry] = [
         "when the protocol factory fails) is checked with sock= by the test before it, and "
         "by tests/conformance/test_net_connect.py::test_socket_closed_when_no_transport_is_made",
     ),
+    *[
+        Entry(
+            f"test_base_events.TideloopBaseLoopTests.test_create_connection_happy_eyeballs{v}",
+            L,
+            "builds asyncio.SelectorEventLoop() on purpose (3.15, gh-151540) and mocks its "
+            "_add_reader/_add_writer and the socket module; the happy eyeballs race itself is "
+            "tested on tideloop in tests/conformance/test_net_connect.py",
+            pythons=("3.15",),
+        )
+        for v in ("", "_ipv4_only")
+    ],
     Entry(
         "test_base_events.*.test_create_connection_happy_eyeballs_empty_exceptions",
         M,
@@ -563,7 +574,7 @@ ENTRIES: list[Entry] = [
         L,
         "asserts that asyncio.EventLoop (3.13+) builds a SelectorEventLoop, i.e. tests the "
         "stdlib's choice of default loop class (the injection points it at tideloop)",
-        pythons=("3.13", "3.14"),
+        pythons=("3.13", "3.14", "3.15"),
     ),
     # ================================================================ test_tasks
     Entry(
