@@ -3,8 +3,9 @@
 Every run is a fresh worker process (``bench/_worker.py``) pinned to the
 server CPU, on the interpreter the loop's name says (`worker_command`: the
 host's Python, or PyPy in the Debian root for ``pypy/...``; the process
-started is the worker itself, whatever the interpreter). A primitive warms
-up for ``--warmup`` seconds before its measured run. For a server workload
+started is the worker itself, whatever the interpreter). Every worker
+warms up before it is measured (`warmup_for`): ``--warmup`` seconds, and on
+an interpreter with a JIT (PyPy) at least ``--jit-warmup``. For a server workload
 the load generator (the compiled echo client or ``wrk``) runs pinned to the
 other CPU, and the measurement window is the load generator's, after its
 warm-up:
@@ -36,6 +37,7 @@ failure ``status: "error"`` with the reason, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -72,6 +74,8 @@ class Config:
     python: str = sys.executable  # the host's interpreter for the workers (not pypy/...)
     #: A primitive's measured run of n is repeated until this many seconds have passed.
     min_seconds: float = 0.0
+    #: The least warm-up on an interpreter with a JIT (PyPy), servers and primitives.
+    jit_warmup: float = 0.0
     _echo_client: Path | str | None = field(default=None, repr=False)
     _tls_echo_client: Path | str | None = field(default=None, repr=False)
 
@@ -117,6 +121,20 @@ def worker_command(loop: str, spec: dict[str, Any], cfg: Config) -> tuple[Interp
     interp = interpreters.interpreter(prefix, cfg.python)
     args = ["-m", "bench._worker", json.dumps({**spec, "loop": inner})]
     return interp, [*pin(cfg.server_cpu), *interp.command(args)]
+
+
+def warmup_for(interp: Interpreter, cfg: Config) -> float:
+    """Seconds of warm-up before measuring a worker on *interp*.
+
+    ``--warmup`` for every loop, and at least ``--jit-warmup`` on an
+    interpreter with a JIT. PyPy compiles as it runs: aiohttp's server on
+    PyPy needed 5-7 s of load before its CPU time per request fell from
+    1.8 ms to its steady 80 us, where CPython's loops run at their steady
+    speed after a second. A longer warm-up changes nothing for a loop that
+    is already steady, so each loop is measured at its interpreter's steady
+    state; the warm-up each run had is in its result (``warmup_s``).
+    """
+    return max(cfg.warmup, cfg.jit_warmup) if interp.jit else cfg.warmup
 
 
 def proc_cpu(pid: int) -> tuple[float, float]:
@@ -257,10 +275,11 @@ def run_primitive(
         "workload": workload.name,
         "loop": loop,
         "n": params["n"],
-        "warmup": cfg.warmup,
         "min_seconds": cfg.min_seconds,
     }
-    interp, cmd = worker_command(loop, spec, cfg)
+    interp = interpreters.interpreter(interpreters.split(loop)[0], cfg.python)
+    warmup = spec["warmup"] = warmup_for(interp, cfg)
+    _, cmd = worker_command(loop, spec, cfg)
     # Children's rusage grows by exactly this worker's once it is reaped.
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy0, t0 = machine_busy(), time.monotonic()
@@ -281,6 +300,7 @@ def run_primitive(
     extra = {k: out[k] for k in keep if k in out}
     # Over the worker's whole life (start-up included): a busy machine shows here.
     extra["other_cpu_pct"] = other_load(busy1 - busy0, own, t1 - t0)
+    extra["warmup_s"] = warmup
     return finish(
         out["ops"],
         seconds=out["seconds"],
@@ -299,8 +319,9 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
         client = cfg.echo_client()
     elif workload.client == "tls_echo":
         client = cfg.tls_echo_client()
-    prefix = interpreters.split(loop)[0]
-    interp = interpreters.interpreter(prefix, cfg.python)
+    interp = interpreters.interpreter(interpreters.split(loop)[0], cfg.python)
+    # The load generators warm the server up for this long (their window follows).
+    cfg = dataclasses.replace(cfg, warmup=warmup_for(interp, cfg))
     # A Unix socket's directory must be one both the worker and the client see.
     with tempfile.TemporaryDirectory(prefix="tideloop-bench-", dir=interp.scratch_dir()) as tmp:
         address: Any = ["127.0.0.1", 0]
@@ -340,6 +361,8 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
                 result = drive_wrk(bound, params, server.pid, cfg, tls=tls)
             if result.get("status") == "ok" and "rss_busy" in result:
                 result.update(memory(rss_idle, result.pop("rss_busy"), params["conns"]))
+            if result.get("status") == "ok":
+                result["warmup_s"] = cfg.warmup
             if server.poll() is not None:
                 why = tail(errlog) or f"exit {server.returncode}"
                 return {"status": "error", "reason": f"server died: {why}"}

@@ -89,6 +89,7 @@ class Host:
 
     python: str = sys.executable
     name: str = ""
+    jit: bool = False
 
     def command(self, args: Sequence[str]) -> list[str]:
         """The argv that runs this interpreter with *args*, as one process, in the repository."""
@@ -128,7 +129,9 @@ class Chroot:
 
     *label* names it in messages (``PyPy``); *venv_env* and *default_venv*
     say where its virtual environment is; *loops* are the plain loop names
-    worth running on it (uvloop does not support PyPy).
+    worth running on it (uvloop does not support PyPy); *jit* says that it
+    compiles as it runs, so that its workers warm up for at least the
+    harness's JIT warm-up (``--jit-warmup``) before they are measured.
     """
 
     name: str
@@ -136,6 +139,7 @@ class Chroot:
     venv_env: str
     default_venv: str
     loops: tuple[str, ...]
+    jit: bool = False
 
     # -- settings, read when used (so that a test can change them) --
 
@@ -298,6 +302,7 @@ OTHERS: dict[str, Chroot] = {
         venv_env=PYPY_VENV_ENV,
         default_venv=DEFAULT_PYPY_VENV,
         loops=("asyncio", "tideloop"),
+        jit=True,
     ),
 }
 

@@ -45,6 +45,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: repeated): n is sized for CPython, and PyPy can finish it in a few ms.
 MIN_SECONDS = 0.5
 MIN_SECONDS_QUICK = 0.2
+#: The least warm-up on a JIT interpreter (PyPy), in seconds (harness.warmup_for says why).
+JIT_WARMUP = 8.0
+JIT_WARMUP_QUICK = 3.0
 
 
 class Progress:
@@ -117,6 +120,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="seconds of load (servers) or of warm-up runs (primitives) before measuring;"
         " default 1, quick 0.5",
+    )
+    p.add_argument(
+        "--jit-warmup",
+        type=float,
+        help=f"the least warm-up on an interpreter with a JIT (PyPy); default {JIT_WARMUP:g},"
+        f" quick {JIT_WARMUP_QUICK:g}",
     )
     p.add_argument(
         "--retries",
@@ -221,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         server_cpu=args.server_cpu if pinned else None,
         client_cpu=args.client_cpu if pinned else None,
         min_seconds=MIN_SECONDS_QUICK if quick else MIN_SECONDS,
+        jit_warmup=args.jit_warmup
+        if args.jit_warmup is not None
+        else (JIT_WARMUP_QUICK if quick else JIT_WARMUP),
     )
 
     info = machine.describe()
@@ -314,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             "retries_when_disturbed": retries,
             "disturbed_above_other_cpu_pct": report.DISTURBED_PCT,
             "warmup_s": cfg.warmup,
+            "jit_warmup_s": cfg.jit_warmup,
             "duration_s": cfg.duration,
             "primitive_min_s": cfg.min_seconds,
             "server_cpu": cfg.server_cpu,

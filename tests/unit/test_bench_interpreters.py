@@ -231,3 +231,53 @@ def test_pypy_asyncio_is_versioned_as_pypy(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(sys, "pypy_version_info", PyPyVersion, raising=False)
     monkeypatch.setattr(loops.platform, "python_version", lambda: "3.11.17")
     assert loops.version("asyncio") == "PyPy 8.0.1 (Python 3.11.17)"
+
+
+# -- warm-up --
+
+
+def test_a_jit_interpreter_warms_up_for_at_least_the_jit_warm_up() -> None:
+    config = harness.Config(
+        quick=False, repeats=1, warmup=1.0, duration=5.0, server_cpu=0, client_cpu=1, jit_warmup=8.0
+    )
+    assert PYPY.jit
+    assert harness.warmup_for(PYPY, config) == 8.0
+    assert harness.warmup_for(interpreters.Host(), config) == 1.0
+    longer = harness.Config(
+        quick=False, repeats=1, warmup=10.0, duration=5.0, server_cpu=0, client_cpu=1, jit_warmup=8
+    )
+    assert harness.warmup_for(PYPY, longer) == 10.0
+
+
+@pytest.mark.parametrize(("loop", "warmup"), [("tideloop", 0.5), ("pypy/tideloop", 3.0)])
+def test_a_primitive_worker_is_told_its_warm_up_and_it_is_recorded(
+    loop: str, warmup: float, no_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.workloads import get
+
+    started: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        started.append(cmd)
+        out = {"status": "ok", "ops": 100, "seconds": 0.5, "cpu_user_s": 0.5, "cpu_sys_s": 0.0}
+        return subprocess.CompletedProcess(cmd, 0, json.dumps(out) + "\n", "")
+
+    monkeypatch.setattr(harness.subprocess, "run", fake_run)
+    config = harness.Config(
+        quick=True,
+        repeats=1,
+        warmup=0.5,
+        duration=1.5,
+        server_cpu=None,
+        client_cpu=None,
+        min_seconds=0.2,
+        jit_warmup=3.0,
+    )
+    result = harness.run_case(get("call_soon"), {"n": 1000}, loop, config)
+    assert result["status"] == "ok", result
+    assert result["warmup_s"] == warmup
+    (cmd,) = started
+    assert cmd[0] == ("chroot" if loop.startswith("pypy/") else sys.executable)
+    spec = json.loads(cmd[-1])
+    assert spec["loop"] == "tideloop"
+    assert (spec["warmup"], spec["min_seconds"]) == (warmup, 0.2)
