@@ -281,3 +281,17 @@ def test_a_primitive_worker_is_told_its_warm_up_and_it_is_recorded(
     spec = json.loads(cmd[-1])
     assert spec["loop"] == "tideloop"
     assert (spec["warmup"], spec["min_seconds"]) == (warmup, 0.2)
+
+
+def test_chroot_needs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").symlink_to("/usr/bin/pypy3")  # dangling on the host
+    monkeypatch.setenv(interpreters.SID_ROOT_ENV, str(root))
+    monkeypatch.setenv(interpreters.PYPY_VENV_ENV, str(root / "venv"))
+    monkeypatch.setattr(interpreters.os, "geteuid", lambda: 1000)
+    assert PYPY.python() == "/venv/bin/python"
+    reason = loops.unavailable_reason("pypy/tideloop")
+    assert reason is not None
+    assert "chroot, which needs root" in reason
