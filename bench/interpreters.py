@@ -128,7 +128,8 @@ class Chroot:
     """An interpreter in a virtual environment of the Debian root, run through ``chroot``.
 
     *label* names it in messages (``PyPy``); *venv_env* and *default_venv*
-    say where its virtual environment is; *loops* are the plain loop names
+    say where its virtual environment is, *base* the root's interpreter
+    that makes one; *loops* are the plain loop names
     worth running on it (uvloop does not support PyPy); *jit* says that it
     compiles as it runs, so that its workers warm up for at least the
     harness's JIT warm-up (``--jit-warmup``) before they are measured.
@@ -138,6 +139,7 @@ class Chroot:
     label: str
     venv_env: str
     default_venv: str
+    base: str
     loops: tuple[str, ...]
     jit: bool = False
 
@@ -230,9 +232,9 @@ class Chroot:
         if not os.path.lexists(venv / "bin" / "python"):
             inside = self.to_inside(venv)
             return (
-                f"no {self.label} venv at {venv} ({self.venv_env}; make one with `bash .ci/sid"
-                f" run pypy3 -m venv {inside}` and `bash .ci/sid run {inside}/bin/python -m pip"
-                " install -e . aiohttp`)"
+                f"no {self.label} venv at {venv} ({self.venv_env}; make one with"
+                f" `bash .ci/sid run {self.base} -m venv {inside}` and"
+                f" `bash .ci/sid run {inside}/bin/python -m pip install -e . aiohttp`)"
             )
         if os.geteuid() != 0:
             return f"{self.label} runs in the Debian root through chroot, which needs root"
@@ -301,6 +303,7 @@ OTHERS: dict[str, Chroot] = {
         label="PyPy",
         venv_env=PYPY_VENV_ENV,
         default_venv=DEFAULT_PYPY_VENV,
+        base="pypy3",
         loops=("asyncio", "tideloop"),
         jit=True,
     ),
