@@ -47,6 +47,7 @@ from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
+from tideloop._fdio.sock import WRITE_LIMIT
 
 
 def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
@@ -71,6 +72,29 @@ def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
 TRANSPORT_CONTEXT: Final = (
     "context" in selector_events._SelectorTransport.__init__.__code__.co_varnames  # type: ignore[attr-defined]
 )
+
+
+def bounded_head(
+    buffer: collections.deque[Any], iov_max: int, limit: int = WRITE_LIMIT
+) -> list[Any]:
+    """The first buffers of *buffer* for one vectored write, at most *limit* bytes.
+
+    Used where writes are bounded (`BOUNDED_WRITES`, PyPy: see
+    ``_fdio/sock.py``), so that a call copies a bounded amount; the last
+    buffer taken is cut to the limit.
+    """
+    chunks: list[Any] = []
+    room = limit
+    for chunk in buffer:
+        size = len(chunk)
+        if size >= room:
+            chunks.append(memoryview(chunk)[:room])
+            break
+        chunks.append(chunk)
+        room -= size
+        if len(chunks) == iov_max:
+            break
+    return chunks
 
 
 class ConnectionTracker(Protocol):

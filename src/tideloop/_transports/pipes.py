@@ -62,8 +62,9 @@ from typing import Any, Final, TypeVar
 from tideloop._core.errors import logger
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
+from tideloop._fdio.sock import BOUNDED_WRITES
 
-from .base import FdTransport, WriteFlowControl
+from .base import FdTransport, WriteFlowControl, bounded_head
 from .stream import IOV_MAX
 
 #: Bytes asked of one read() (see the module docstring).
@@ -276,7 +277,9 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
         if not buffer:
             return  # detached after this run was queued
         try:
-            if len(buffer) == 1:
+            if BOUNDED_WRITES:  # PyPy: see _fdio/sock.py
+                n = os.writev(self._fd, bounded_head(buffer, IOV_MAX))
+            elif len(buffer) == 1:
                 n = os.write(self._fd, buffer[0])
             else:
                 n = os.writev(self._fd, list(islice(buffer, IOV_MAX)))

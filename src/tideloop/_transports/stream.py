@@ -73,8 +73,9 @@ from typing import TYPE_CHECKING, Any, Final
 from tideloop._core.errors import logger
 from tideloop._core.run import CoreLoop
 from tideloop._fdio.registry import FdRegistry
+from tideloop._fdio.sock import BOUNDED_WRITES
 
-from .base import ConnectionTracker, WriteFlowControl, socket_extra
+from .base import ConnectionTracker, WriteFlowControl, bounded_head, socket_extra
 
 if TYPE_CHECKING:
     from .sendfile import NativeSendfile
@@ -420,7 +421,9 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         if not buffer or self._conn_lost:
             return  # detached after this run was queued, or lost meanwhile
         try:
-            if len(buffer) == 1:
+            if BOUNDED_WRITES:  # PyPy: see _fdio/sock.py
+                n = self._sock.sendmsg(bounded_head(buffer, IOV_MAX))
+            elif len(buffer) == 1:
                 n = self._sock.send(buffer[0])
             elif len(buffer) <= IOV_MAX:
                 n = self._sock.sendmsg(buffer)
