@@ -1060,12 +1060,19 @@ def test_a_connection_costs_no_more_memory_than_on_the_stdlib_loop() -> None:
     """
     import tideloop
 
-    costs = {}
+    # PyPy's measure (`_measure_start`) also counts what its JIT allocates
+    # while it compiles the code the connections run, and that depends on
+    # what the process ran before: there each loop runs three rounds,
+    # interleaved, and its least is its cost.
+    rounds = 3 if sys.implementation.name == "pypy" else 1
+    costs: dict[str, float] = {}
     loops = {"stdlib": asyncio.new_event_loop, "tideloop": tideloop.new_event_loop}
-    for name, factory in loops.items():
-        loop = factory()
-        try:
-            costs[name] = connection_memory(loop, 200)
-        finally:
-            loop.close()
+    for _ in range(rounds):
+        for name, factory in loops.items():
+            loop = factory()
+            try:
+                cost = connection_memory(loop, 200)
+            finally:
+                loop.close()
+            costs[name] = min(cost, costs.get(name, cost))
     assert costs["tideloop"] <= costs["stdlib"], costs
