@@ -45,6 +45,29 @@ import not_applicable
 import variants
 
 PACKAGE = "test.test_asyncio."
+
+
+def _missing_testcapi_is_an_import_error() -> None:
+    """Make a ``_testcapi`` that cannot load fail to import as a missing module does.
+
+    CPython's test.support (which every test_asyncio module imports) copes
+    with a Python built without ``_testcapi``: it catches ImportError (and
+    tests that need the module skip through ``import_helper.import_module``).
+    Debian's pypy3 ships PyPy's ``_testcapi.py`` shim, which compiles
+    ``_testcapimodule.c`` at import, but not that file: the import raises
+    FileNotFoundError, which nothing catches. A None in sys.modules makes
+    every later import raise ImportError instead (ModuleNotFoundError).
+    """
+    try:
+        import _testcapi  # noqa: F401
+    except ImportError:
+        pass
+    except Exception:
+        sys.modules["_testcapi"] = None  # type: ignore[assignment]
+
+
+if sys.implementation.name == "pypy":
+    _missing_testcapi_is_an_import_error()
 #: Traceback text kept per failure, from the end (where the error is).
 MAX_MESSAGE = 4000
 

@@ -90,6 +90,26 @@ class Target:
     minor: str
     test_dir: str
     modules: tuple[str, ...]
+    #: ``sys.implementation.name``: "cpython" or "pypy".
+    implementation: str = "cpython"
+
+    @property
+    def key(self) -> str:
+        """The expected-results key: "3.11", or "pypy3.11" (PyPy's results are its own).
+
+        ``minor`` stays the language version: not_applicable.py's entries for
+        a minor version apply to PyPy's copy of that version's tests.
+        """
+        return f"pypy{self.minor}" if self.implementation == "pypy" else self.minor
+
+    @property
+    def label(self) -> str:
+        """Names the results files: "3.13.0", or "pypy3.11.17"."""
+        return f"pypy{self.version}" if self.implementation == "pypy" else self.version
+
+    @property
+    def title(self) -> str:
+        return f"PyPy {self.version}" if self.implementation == "pypy" else f"Python {self.version}"
 
     @classmethod
     def probe(cls, python: str) -> Target:
@@ -99,10 +119,13 @@ class Target:
         if found is None:
             raise SystemExit(f"no interpreter {python!r}")
         python = os.path.abspath(found)
+        # find_spec, not an import: test.test_asyncio imports test.support,
+        # which fails on Debian's PyPy until child.py deals with _testcapi.
         code = (
-            "import json, os, sys, test.test_asyncio as t\n"
-            "d = os.path.dirname(t.__file__)\n"
+            "import importlib.util, json, os, sys\n"
+            "d = importlib.util.find_spec('test.test_asyncio').submodule_search_locations[0]\n"
             "print(json.dumps({'version': '.'.join(map(str, sys.version_info[:3])),"
+            " 'implementation': sys.implementation.name,"
             " 'dir': d, 'modules': sorted(f[:-3] for f in os.listdir(d)"
             " if f.startswith('test_') and f.endswith('.py'))}))\n"
         )
@@ -117,6 +140,7 @@ class Target:
             minor=".".join(version.split(".")[:2]),
             test_dir=info["dir"],
             modules=tuple(info["modules"]),
+            implementation=info["implementation"],
         )
 
 
@@ -284,13 +308,21 @@ def _wait_unreaped(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-        if info is not None:
+        if _exited_unreaped(pid):
             return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+def _exited_unreaped(pid: int) -> bool:
+    """Has child *pid* exited? Asked without reaping it."""
+    if hasattr(os, "waitid"):
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    # PyPy has no os.waitid: the child's state in /proc ("Z": exited, not reaped).
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _running_test(events: list[dict[str, Any]]) -> str | None:
@@ -396,8 +428,18 @@ def select(target: Target, args: list[str]) -> tuple[list[str], dict[str, list[s
     return modules, only
 
 
-def results_path(target: Target, loop: str) -> Path:
-    return RESULTS / f"{target.version}-{loop}.json"
+def run_name(target: Target, loop: str, poller: str | None = None) -> str:
+    """The name of a run's results and logs: 3.13.0-tideloop, pypy3.11.17-tideloop-poll...
+
+    A tideloop run with ``--poller`` is a run of its own (its results do not
+    overwrite the default poller's); the stdlib loop has no poller of ours.
+    """
+    suffix = f"-{poller}" if poller and loop == "tideloop" else ""
+    return f"{target.label}-{loop}{suffix}"
+
+
+def results_path(target: Target, loop: str, poller: str | None = None) -> Path:
+    return RESULTS / f"{run_name(target, loop, poller)}.json"
 
 
 def save(
@@ -409,7 +451,7 @@ def save(
 ) -> Path:
     """Write results; modules not run this time keep their previous results, and
     modules run only in part (*partial*) keep the results of the other tests."""
-    path = results_path(target, loop)
+    path = results_path(target, loop, meta["poller"])
     data: dict[str, Any] = {"modules": {}}
     if path.exists():
         try:
@@ -421,6 +463,7 @@ def save(
         # modules it ran (below).
         data.update(meta)
     data["python"] = target.version
+    data["implementation"] = target.implementation
     data["loop"] = loop
     data.setdefault("modules", {})
     for module, run in runs.items():
@@ -472,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = 0.0
     if not args.report_only:
         log(
-            f"test_asyncio of Python {target.version} ({target.python}): "
+            f"test_asyncio of {target.title} ({target.python}): "
             f"{len(modules)} modules on {', '.join(loops)}, {args.jobs} at a time"
         )
         order = sorted(
@@ -485,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {}
             for module, lp in jobs:
-                logs = RESULTS / "logs" / f"{target.version}-{lp}"
+                logs = RESULTS / "logs" / run_name(target, lp, args.poller)
                 logs.mkdir(parents=True, exist_ok=True)
                 opts = Options(
                     test_timeout=args.test_timeout,
@@ -519,25 +562,28 @@ def main(argv: list[str] | None = None) -> int:
             save(target, lp, runs[lp], meta, partial=set(only))
         log(f"wall time {wall:.1f}s")
 
-    loaded = {lp: report.load(results_path(target, lp)) for lp in ("tideloop", "stdlib")}
+    loaded = {
+        lp: report.load(results_path(target, lp, args.poller)) for lp in ("tideloop", "stdlib")
+    }
     if not args.tests and not args.core:
         warn_stale_entries(target, loaded["tideloop"] or loaded["stdlib"])
     shown = modules if (args.tests or args.core) else None
     table = report.Table.build(loaded["tideloop"], loaded["stdlib"], shown)
-    print(table.render_terminal(title=f"test_asyncio, Python {target.version}"), flush=True)
+    print(table.render_terminal(title=f"test_asyncio, {target.title}"), flush=True)
     if args.verbose:
         print(report.list_failures(loaded["tideloop"], shown))
     # The markdown report always covers every module with saved results.
     full_table = report.Table.build(loaded["tideloop"], loaded["stdlib"])
-    markdown = args.markdown or RESULTS / f"{target.version}-report.md"
+    name = run_name(target, "tideloop", args.poller).replace("-tideloop", "")
+    markdown = args.markdown or RESULTS / f"{name}-report.md"
     markdown.parent.mkdir(parents=True, exist_ok=True)
-    markdown.write_text(full_table.render_markdown(title=f"Python {target.version}") + "\n")
+    markdown.write_text(full_table.render_markdown(title=target.title) + "\n")
     log(f"markdown: {markdown}")
 
     status = 0
     if args.check or args.update:
         ran = set(modules)
-        comparison = gate.compare(target.minor, loaded["tideloop"], ran)
+        comparison = gate.compare(target.key, loaded["tideloop"], ran)
         if comparison.regressions and not args.report_only:
             # Rule out flakes: run each regressed test once more, alone.
             log(f"re-running {len(comparison.regressions)} regressed tests once")
@@ -548,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
                     record["flaky"] = module["tests"].get(test_id, {}).get("outcome")
                     log(f"  flaky: {test_id} passed on the re-run")
                 module["tests"][test_id] = record
-            comparison = gate.compare(target.minor, loaded["tideloop"], ran)
+            comparison = gate.compare(target.key, loaded["tideloop"], ran)
         print(gate.report(comparison, update=args.update))
         if args.update:
             meta = {
@@ -556,8 +602,8 @@ def main(argv: list[str] | None = None) -> int:
                 "tideloop": loaded["tideloop"].get("tideloop"),
                 "date": loaded["tideloop"].get("date"),
             }
-            gate.write_expected(target.minor, comparison, ran, meta)
-            log(f"expected results: {gate.expected_path(target.minor)}")
+            gate.write_expected(target.key, comparison, ran, meta)
+            log(f"expected results: {gate.expected_path(target.key)}")
         elif comparison.regressions or comparison.leaks:
             status = 1
         if comparison.leaks:
@@ -582,7 +628,7 @@ def rerun_tests(target: Target, test_ids: list[str], args: argparse.Namespace) -
     by_module: dict[str, list[str]] = {}
     for test_id in test_ids:
         by_module.setdefault(test_id.partition(".")[0], []).append(test_id)
-    logs = RESULTS / "logs" / f"{target.version}-tideloop-rerun"
+    logs = RESULTS / "logs" / f"{run_name(target, 'tideloop', args.poller)}-rerun"
     logs.mkdir(parents=True, exist_ok=True)
     records: dict[str, Any] = {}
     for module, ids in by_module.items():
