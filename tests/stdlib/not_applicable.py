@@ -465,6 +465,7 @@ ENTRIES: list[Entry] = [
         "TLS layer does not use; the same property (no cycle keeps the transport after a "
         "failed handshake) is checked through start_tls by the next test, and by "
         "tests/conformance/test_tls_start_tls.py::test_failed_start_tls_leaves_no_cycle",
+        pythons=("3.14", "3.15"),
     ),
     # ================================================================ test_ssl
     Entry(
@@ -483,6 +484,7 @@ ENTRIES: list[Entry] = [
         "_test__append_write_backlog() hook and replaces the selector transport's _sock "
         "once its private _read_ready_cb is None (a stdlib bug, gh-115514); the scenario is "
         "tests/conformance/test_tls_errors.py::test_peer_ends_first_while_we_still_send",
+        pythons=("3.13", "3.14", "3.15"),
     ),
     # ================================================================ test_futures
     *[
@@ -492,6 +494,7 @@ ENTRIES: list[Entry] = [
             "a Future on SimpleEvilEventLoop, a BaseEventLoop subclass the test defines "
             "(its call_soon mutates the future's callbacks): tests the C Future against "
             "hostile loops, not the loop",
+            pythons=("3.13", "3.14", "3.15"),
         )
         for cls in (
             "CFutureDoneCallbackTests",
@@ -512,6 +515,7 @@ ENTRIES: list[Entry] = [
         "tideloop makes its sockets in its own module. The behaviour (the socket is closed "
         "when the protocol factory fails) is checked with sock= by the test before it, and "
         "by tests/conformance/test_net_connect.py::test_socket_closed_when_no_transport_is_made",
+        pythons=("3.14", "3.15"),
     ),
     *[
         Entry(
@@ -530,6 +534,7 @@ ENTRIES: list[Entry] = [
         "replaces asyncio.staggered.staggered_race with a mock that returns no winner and no "
         "exceptions; tideloop races connections with its own RFC 8305 code, which always "
         "reports the attempts' errors",
+        pythons=("3.13", "3.14", "3.15"),
     ),
     # ================================================================ test_subprocess
     *[
@@ -539,6 +544,7 @@ ENTRIES: list[Entry] = [
             "reads loop._watcher, the 3.14 stdlib loop's child watcher object (its class, or "
             "its _threads); tideloop's loops watch children with their own ChildWatcher "
             "(pidfd, or a thread that waits without reaping: gh-127049 holds there too)",
+            pythons=("3.14", "3.15"),
         )
         for test in (
             "SubprocessPidfdWatcherTests.test_watcher_implementation",
