@@ -9,12 +9,13 @@ Facts / what this means for us:
   ``waitpid``; the exit status comes from that call. Every child we start
   must be reaped exactly once, by us.
 - Linux >= 5.3 has pid file descriptors: ``os.pidfd_open(pid)`` gives an fd
-  that turns readable when the process exits. So a child is watched like a
+  that turns readable when the process exits (PyPy has no os.pidfd_open:
+  there it is called through libc). So a child is watched like a
   socket: no thread, no SIGCHLD handler, nothing shared between loops or
   with other code that starts processes. ``waitpid(pid, 0)`` then returns at
   once. A pidfd can be opened for a zombie (a child that already exited),
   so there is no race between starting a child and watching it.
-- Elsewhere (older kernels, other systems, PyPy, or where a seccomp policy
+- Elsewhere (older kernels, other systems, or where a seccomp policy
   refuses pidfd_open) a thread per child waits for it and tells the loop
   with ``call_soon_threadsafe``: asyncio's ThreadedChildWatcher. The thread
   waits with ``waitid(WEXITED | WNOWAIT)``, which does not reap: the pid
@@ -61,15 +62,58 @@ from tideloop._fdio.registry import FdRegistry
 ExitCallback = Callable[[int, int], object]
 
 
-def _can_use_pidfd() -> bool:
-    if sys.platform != "linux":
-        return False
+def _libc_pidfd_open() -> Callable[[int, int], int] | None:
+    """``pidfd_open(2)`` through libc's ``syscall()`` (ctypes), where os has none.
+
+    Facts / what this means for us: PyPy has no ``os.pidfd_open``, but the
+    system call is there (Linux >= 5.3), and its number, 434, is the same on
+    every architecture but alpha (new system calls share one table since
+    Linux 5.1). So PyPy watches children with pidfds too, like CPython: no
+    thread per child, and the exit is seen in the same poll as a SIGCHLD
+    (a program's own SIGCHLD handler that reaps every child, asyncio's
+    FastChildWatcher, then runs after ours, as on CPython). The fd is
+    close-on-exec, as os.pidfd_open's.
+    """
+    if sys.platform != "linux" or hasattr(os, "pidfd_open"):
+        return None
     else:  # mypy checks platform-guarded code only as an if/else branch
         try:
-            os.close(os.pidfd_open(os.getpid(), 0))
-        except (AttributeError, OSError):
-            return False  # too old a Python/kernel, or refused by a seccomp policy
-        return True
+            import ctypes
+
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+        except (ImportError, OSError, AttributeError):
+            return None
+        syscall.restype = ctypes.c_long
+
+        def pidfd_open(pid: int, flags: int) -> int:
+            fd = int(syscall(ctypes.c_long(434), ctypes.c_long(pid), ctypes.c_long(flags)))
+            if fd < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err))  # ESRCH: a ProcessLookupError
+            return fd
+
+        return pidfd_open
+
+
+def _pidfd_opener() -> Callable[[int, int], int] | None:
+    if sys.platform != "linux":
+        return None
+    else:  # mypy checks platform-guarded code only as an if/else branch
+        return os.pidfd_open if hasattr(os, "pidfd_open") else _libc_pidfd_open()
+
+
+#: ``os.pidfd_open``, or libc's (PyPy), or None.
+_PIDFD_OPEN: Final = _pidfd_opener()
+
+
+def _can_use_pidfd() -> bool:
+    if _PIDFD_OPEN is None:
+        return False
+    try:
+        os.close(_PIDFD_OPEN(os.getpid(), 0))
+    except OSError:
+        return False  # too old a kernel, or refused by a seccomp policy
+    return True
 
 
 #: Whether this process can watch children with pidfds (checked once).
@@ -175,9 +219,9 @@ class ChildWatcher:
 
     def watch(self, pid: int, callback: ExitCallback) -> None:
         """Call ``callback(pid, returncode)`` in the loop once *pid* has exited."""
-        if self.use_pidfd and sys.platform == "linux":
+        if self.use_pidfd and _PIDFD_OPEN is not None:
             try:
-                pidfd = os.pidfd_open(pid, 0)
+                pidfd = _PIDFD_OPEN(pid, 0)
             except ProcessLookupError:
                 pass  # already reaped by someone else: the thread reports 255
             else:
