@@ -36,14 +36,14 @@ def collect(results: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
         stdlib_path = results / f"{version}-stdlib.json"
         if not stdlib_path.exists():
             continue
-        label = version
+        label = f"PyPy {version[4:]}" if version.startswith("pypy") else f"CPython {version}"
         if match["poller"]:
             label += f" ({match['poller']})"
         runs.append((label, report.load(path), report.load(stdlib_path)))
 
     def key(run: tuple[str, dict[str, Any], dict[str, Any]]) -> tuple[int, list[int], str]:
         label = run[0]
-        is_pypy = label.startswith("pypy")
+        is_pypy = label.startswith("PyPy")
         numbers = [int(n) for n in re.findall(r"\d+", label)[:3]]
         return (is_pypy, numbers, label)
 
