@@ -228,9 +228,13 @@ DIVERGENCES: dict[str, Divergence] = {
     "write-copies-mutable-buffers": Divergence(
         what="On Python 3.12+, write()/writelines() copy the unsent part of a bytearray or "
         "memoryview before returning; asyncio 3.12+ keeps a view of the caller's buffer, "
-        "so changing the buffer afterwards changes what is sent.",
-        why="What was written must be what is sent; 3.11 copies too, and the sendfile "
-        "fallback itself reuses its buffer between writes.",
+        "so changing the buffer afterwards changes what is sent. Its own loop.sendfile() "
+        "fallback on a socket transport (a file without a fileno, such as BytesIO) reuses "
+        "one buffer for every block, so a peer slower than the file receives later blocks' "
+        "bytes in place of earlier ones.",
+        why="What was written must be what is sent; 3.11 copies too. tideloop's sendfile "
+        "fallback reuses its buffer as asyncio's does, which is safe only because write() "
+        "copies.",
         versions="3.12+",
         holds=sys.version_info >= (3, 12),
     ),

@@ -12,7 +12,9 @@ import asyncio
 import contextvars
 import functools
 import gc
+import io
 import os
+import random
 import signal
 import socket
 import ssl
@@ -258,6 +260,30 @@ def check_write_copies_mutable_buffers() -> None:
 
     try:
         assert b"B" in loop.run_until_complete(main())  # asyncio sent the mutation
+    finally:
+        loop.close()
+        b.close()
+    # Its own sendfile() fallback reuses the buffer it writes from: a slow peer
+    # gets later blocks in place of earlier ones.
+    loop = stdlib_loop()
+    a, b = _unread_pair(loop)
+    data = random.Random(23).randbytes(1024 * 1024)
+
+    async def sendfile() -> bytes:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        task = asyncio.ensure_future(loop.sendfile(transport, io.BytesIO(data)))
+        while transport.get_write_buffer_size() <= 65536 and not task.done():
+            await asyncio.sleep(0.001)
+        received = await _drain(loop, b, len(data))
+        assert await task == len(data)
+        transport.close()
+        await asyncio.sleep(0)
+        return received
+
+    try:
+        received = loop.run_until_complete(sendfile())
+        assert len(received) == len(data)
+        assert received != data  # asyncio: bytes of a later block
     finally:
         loop.close()
         b.close()

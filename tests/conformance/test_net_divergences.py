@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import io
+import random
 import socket
 import tempfile
 from collections.abc import Callable
@@ -113,6 +115,31 @@ def test_mutating_a_written_buffer_does_not_change_what_is_sent(
 
     with b:
         assert loop.run_until_complete(main()) == b"A" * (2 * 1024 * 1024)
+
+
+@pytest.mark.divergence("write-copies-mutable-buffers")
+def test_sendfile_fallback_sends_the_file_as_it_is(loop: asyncio.AbstractEventLoop) -> None:
+    """loop.sendfile()'s read()+write() fallback reuses one buffer for every block it
+    reads; a peer slower than the file must still get the file's bytes, not a later
+    block's (asyncio 3.12+ sends the overwritten ones: its transport keeps a view)."""
+    data = random.Random(23).randbytes(1024 * 1024)
+    a, b = unread_pair()
+
+    async def main() -> bytes:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        task = asyncio.ensure_future(loop.sendfile(transport, io.BytesIO(data)))
+        # Several blocks are read while the first is still unsent: over the
+        # high-water mark, the fallback waits for the peer.
+        while transport.get_write_buffer_size() <= 65536 and not task.done():
+            await asyncio.sleep(0.001)
+        received = await drain(loop, b, len(data))
+        assert await task == len(data)
+        transport.close()
+        await asyncio.sleep(0)
+        return received
+
+    with b:
+        assert loop.run_until_complete(main()) == data
 
 
 @pytest.mark.divergence("writelines-flow-control")
