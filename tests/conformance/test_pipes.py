@@ -321,6 +321,28 @@ def test_write_rejects_non_bytes(loop: asyncio.AbstractEventLoop) -> None:
         run(loop, main())
 
 
+def test_write_pipe_reading_methods_are_not_implemented(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio's write pipe transport is an asyncio.Transport whose reading methods raise
+    NotImplementedError (a subprocess's stdin too); it still sees its reader go away."""
+    r, w = pipe_files()
+    with closing_all(r, w):
+
+        async def main() -> None:
+            async with write_pipe(loop, w) as (transport, proto):
+                assert isinstance(transport, asyncio.Transport)
+                assert isinstance(transport, asyncio.ReadTransport)
+                for method in (transport.pause_reading, transport.resume_reading):
+                    with pytest.raises(NotImplementedError):
+                        method()
+                with pytest.raises(NotImplementedError):
+                    transport.is_reading()
+                r.close()
+                await asyncio.wait_for(proto.lost, 5)
+                assert transport.is_closing()
+
+        run(loop, main())
+
+
 def test_write_pipe_buffers_and_flow_control(loop: asyncio.AbstractEventLoop) -> None:
     """A write larger than the pipe: the rest is buffered (get_write_buffer_size), later
     writes queue behind it, pause_writing once over the high mark, resume_writing only when

@@ -186,7 +186,11 @@ class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
             self._loop.call_soon(self._call_connection_lost, exc)
 
 
-class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
+class WritePipeTransport(WriteFlowControl, asyncio.Transport):
+    # asyncio's write pipe transport is an asyncio.Transport (its flow-control
+    # mixin's base), so it is a ReadTransport too, whose reading methods raise
+    # NotImplementedError: isinstance() checks and those errors are the same
+    # here. The reading it does (to see the reader go away) is internal.
     __slots__ = ("_pipe",)
 
     def __init__(
@@ -231,6 +235,15 @@ class WritePipeTransport(WriteFlowControl, asyncio.WriteTransport):
         if self._loop._debug:
             _closed_by_peer_message(self)
         self._close(BrokenPipeError() if self._buffer else None)
+
+    def is_reading(self) -> bool:
+        raise NotImplementedError
+
+    def pause_reading(self) -> None:
+        raise NotImplementedError
+
+    def resume_reading(self) -> None:
+        raise NotImplementedError
 
     # ------------------------------------------------------------------
     # Writing
