@@ -6,8 +6,12 @@ import asyncio
 import contextvars
 import itertools
 import time
+from typing import Any
+from unittest import mock
 
 import pytest
+
+import tideloop
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="default")
 
@@ -415,3 +419,82 @@ def test_sleep_in_a_context_wakes_up_in_it(loop: asyncio.AbstractEventLoop) -> N
         return await asyncio.gather(sleeper("a"), sleeper("b"))
 
     assert loop.run_until_complete(main()) == [("a", "a"), ("b", "b")]
+
+
+# ----------------------------------------------------------------------
+# A replaced loop.time() moves the scheduler (asyncio's reads self.time())
+
+
+def _spin(loop: asyncio.AbstractEventLoop, iterations: int = 5) -> None:
+    for _ in range(iterations):
+        loop.run_until_complete(asyncio.sleep(0))
+
+
+def test_patched_time_makes_timers_due(loop: asyncio.AbstractEventLoop) -> None:
+    """A timer an hour away fires once a patched loop.time() says the hour has passed
+    (aiohttp's keep-alive tests patch loop.time this way)."""
+    fired: list[str] = []
+    loop.call_later(3600, fired.append, "hour")
+    real = loop.time
+    with mock.patch.object(loop, "time", lambda: real() + 7200):
+        _spin(loop)
+        assert fired == ["hour"]
+    # The patch is gone: the clock is the loop's own again.
+    assert abs(loop.time() - real()) < 60
+    loop.call_later(3600, fired.append, "again")
+    _spin(loop)
+    assert fired == ["hour"]
+
+
+def test_patched_time_is_what_call_later_adds_to(loop: asyncio.AbstractEventLoop) -> None:
+    real = loop.time
+    fired: list[int] = []
+    with mock.patch.object(loop, "time", return_value=real() + 1000):
+        handle = loop.call_later(1, fired.append, 1)
+        assert handle.when() == loop.time() + 1
+    _spin(loop)  # on the real clock it is 1000 s away
+    assert fired == []
+    handle.cancel()
+
+
+def test_assigned_and_deleted_time(loop: asyncio.AbstractEventLoop) -> None:
+    real = loop.time
+    fired: list[int] = []
+    loop.call_later(100, fired.append, 1)
+    loop.time = lambda: real() + 200  # type: ignore[method-assign]
+    _spin(loop)
+    assert fired == [1]
+    del loop.time
+    assert loop.time() < real() + 100
+    loop.call_later(100, fired.append, 2)
+    _spin(loop)
+    assert fired == [1]
+
+
+def _subclass_with_time(loop_name: str, offset: float) -> asyncio.AbstractEventLoop:
+    base: Any = asyncio.SelectorEventLoop if loop_name == "asyncio" else tideloop.Loop
+
+    class Shifted(base):  # type: ignore[misc, valid-type]
+        def time(self) -> float:
+            return float(super().time()) + offset
+
+    if loop_name == "asyncio":
+        return Shifted()  # type: ignore[no-any-return]
+    return Shifted(poller=loop_name.removeprefix("tideloop-"))  # type: ignore[no-any-return]
+
+
+def test_a_subclass_time_drives_the_scheduler(loop_name: str) -> None:
+    """A loop subclass whose time() runs an hour ahead: call_at() with its time is
+    honoured, and call_later() counts from it."""
+    loop = _subclass_with_time(loop_name, 3600.0)
+    try:
+        fired: list[str] = []
+        now = loop.time()
+        loop.call_at(now - 1, fired.append, "past")
+        loop.call_at(now + 3600, fired.append, "future")
+        handle = loop.call_later(0.001, fired.append, "soon")
+        assert abs(handle.when() - (now + 0.001)) < 1
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert fired == ["past", "soon"]
+    finally:
+        loop.close()

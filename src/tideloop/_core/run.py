@@ -61,6 +61,7 @@ import asyncio.events
 import concurrent.futures
 import contextvars
 import numbers
+import operator
 import sys
 import threading
 import warnings
@@ -77,7 +78,7 @@ from collections.abc import (
 from contextvars import copy_context
 from time import monotonic as _real_time
 from time import sleep as _yield_gil
-from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
 from .clock import Clock, PollFn, WaitFn
@@ -245,6 +246,14 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._clock = clock
         self._now = clock.now
         self._now_is_real = clock.now is _real_time
+        # What `loop.time` returns (see `time` below): the clock's own
+        # function until a caller replaces it.
+        self._time: Callable[[], float] = clock.now
+        if type(self).time is not CoreLoop.__dict__["time"]:
+            # A subclass overrides time(): the scheduler reads it, as the
+            # stdlib loop's does (its super().time() reads the clock).
+            self._now = self.time
+            self._now_is_real = False
         self._clock_resolution = clock.resolution
         # What _run_once calls to block: None (the poller itself), or the
         # clock's wait behind the executor-job gate, or the schedule's wait
@@ -423,8 +432,35 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._waker.wake()
         return handle
 
-    def time(self) -> float:
-        return self._now()
+    # `loop.time`: asyncio's scheduler reads self.time(), so a program that
+    # patches it (mock.patch.object(loop, "time"), or assigns loop.time) or
+    # a subclass that overrides it moves the loop's timers. tideloop's hot
+    # paths read self._now instead, so `time` is a property whose setter
+    # points _now at the replacement and whose deleter (the end of a patch)
+    # puts the clock back: nothing is checked per timer or per iteration.
+    def _set_time(self, value: Callable[[], float]) -> None:
+        self._time = value
+        self._now = value
+        self._now_is_real = False
+
+    def _del_time(self) -> None:
+        clock = self._clock
+        self._time = clock.now
+        self._now = clock.now
+        self._now_is_real = clock.now is _real_time
+
+    if TYPE_CHECKING:
+
+        def time(self) -> float: ...
+
+    else:
+        time = property(
+            operator.attrgetter("_time"),
+            _set_time,
+            _del_time,
+            doc="The loop's time function: its clock's (time.monotonic on the real "
+            "clock), or what replaced it.",
+        )
 
     def _timer_handle_cancelled(self, handle: TimerHandle) -> None:
         # Called by TimerHandle.cancel() (asyncio's and ours): the timer
