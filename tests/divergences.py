@@ -468,4 +468,16 @@ DIVERGENCES: dict[str, Divergence] = {
         "not keep the connection's TLS state alive; tideloop releases the same state (SSL "
         "object, context, buffers) without breaking the transport's API.",
     ),
+    "child-starts-off-loop": Divergence(
+        what="subprocess_exec()/subprocess_shell() (and create_subprocess_*) start the child "
+        "with subprocess.Popen on a thread of their own; the loop runs other callbacks until "
+        "the child has exec'd. asyncio calls Popen on the loop's thread, which blocks there "
+        "until the exec succeeds or fails. Results and exceptions are the same; a spawn "
+        "whose caller is cancelled meanwhile kills and reaps its child. While a SIGCHLD "
+        "handler is installed (it may reap every child), the child starts on the loop's "
+        "thread, as in asyncio.",
+        why="No blocking call on the loop's thread: Popen waits for the exec by reading a "
+        "pipe, milliseconds for a large parent or a slow filesystem, and blockbuster flags "
+        "the read.",
+    ),
 }

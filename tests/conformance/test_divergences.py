@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -986,6 +987,36 @@ def check_tls_closed_twice() -> None:
         loop.close()
 
 
+def check_child_starts_off_loop() -> None:
+    loop = stdlib_loop()
+    gate = threading.Event()
+    real_popen = subprocess.Popen
+
+    def gated_popen(*args: Any, **kwargs: Any) -> Any:
+        # Only a callback of the loop opens the gate: a Popen that blocks the
+        # loop waits in vain.
+        opened = gate.wait(0.5)
+        kwargs.setdefault("env", {**os.environ, "OPENED": str(opened)})
+        return real_popen(*args, **kwargs)
+
+    async def main() -> bool:
+        loop.call_soon(gate.set)
+        with mock.patch("subprocess.Popen", gated_popen):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                "import os; print(os.environ['OPENED'])",
+                stdout=subprocess.PIPE,
+            )
+        out, _ = await proc.communicate()
+        return out.strip() == b"True"
+
+    try:
+        assert loop.run_until_complete(main()) is False  # asyncio: the loop was blocked
+    finally:
+        loop.close()
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
@@ -1020,6 +1051,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "tls-data-before-error": check_tls_data_before_error,
     "tls-delivery-at-most-256k": check_tls_delivery_at_most_256k,
     "tls-closed-twice": check_tls_closed_twice,
+    "child-starts-off-loop": check_child_starts_off_loop,
     "tls-shutdown-timeout-until-closed": check_tls_shutdown_timeout_until_closed,
     "start-tls-buffered-data": check_start_tls_buffered_data,
     "failed-tls-no-refcycles": check_failed_tls_no_refcycles,

@@ -30,8 +30,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -1023,5 +1025,131 @@ def test_bad_input_through_the_protocol_api(loop: asyncio.AbstractEventLoop) -> 
             await loop.subprocess_exec(factory, "/nonexistent/program")
         await spin()
         assert all(p.events == [] for p in made)
+
+    run(loop, main())
+
+
+# ----------------------------------------------------------------------
+# The child starts on a thread of its own (divergence child-starts-off-loop)
+
+
+class GatedPopen:
+    """subprocess.Popen behind a gate that only a callback of the loop opens: a Popen
+    that blocks the loop's thread waits in vain (at most *patience* seconds)."""
+
+    def __init__(self, patience: float = 10.0) -> None:
+        self.gate = threading.Event()
+        self.patience = patience
+        self.opened: list[bool] = []
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.thread_ids: list[int] = []
+        self._real = subprocess.Popen
+
+    def __call__(self, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        self.thread_ids.append(threading.get_ident())
+        self.opened.append(self.gate.wait(self.patience))
+        proc = self._real(*args, **kwargs)
+        self.started.append(proc)
+        return proc
+
+
+@pytest.mark.divergence("child-starts-off-loop")
+def test_the_loop_runs_while_a_child_starts(loop: asyncio.AbstractEventLoop) -> None:
+    gated = GatedPopen()
+
+    async def main() -> None:
+        loop.call_soon(gated.gate.set)
+        with mock.patch("subprocess.Popen", gated):
+            proc = await asyncio.create_subprocess_exec(*py("print('ran')"), stdout=PIPE)
+        assert await proc.communicate() == (b"ran\n", None)
+        assert gated.opened == [True]
+        assert gated.thread_ids != [threading.get_ident()]
+
+    run(loop, main())
+
+
+def test_errors_of_a_child_started_off_the_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Popen's own exceptions (raised in tideloop's spawn thread) reach the caller as
+    they are on the stdlib loop."""
+
+    async def main() -> None:
+        with pytest.raises(FileNotFoundError) as missing:
+            await asyncio.create_subprocess_exec("/nonexistent/program")
+        assert missing.value.filename == "/nonexistent/program"
+        with pytest.raises(FileNotFoundError) as bad_cwd:
+            await asyncio.create_subprocess_exec(*py("pass"), cwd="/nonexistent/dir")
+        assert bad_cwd.value.filename == "/nonexistent/dir"
+        with pytest.raises(PermissionError):
+            await asyncio.create_subprocess_exec("/")
+
+    run(loop, main())
+
+
+@pytest.mark.divergence("child-starts-off-loop")
+def test_a_spawn_cancelled_meanwhile_kills_and_reaps_its_child(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    gated = GatedPopen()
+
+    async def main() -> None:
+        with mock.patch("subprocess.Popen", gated):
+            task = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(*py("import time; time.sleep(60)"), stdout=PIPE)
+            )
+            await until(lambda: bool(gated.thread_ids), what="the spawn thread")
+            task.cancel()
+            await spin()
+            assert not task.done()  # it waits for the spawn, as asyncio's Popen would
+            gated.gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        # As on the stdlib loop, the cancelled call returns once its child is
+        # killed and reaped.
+        proc = gated.started[0]
+        assert proc.returncode == -signal.SIGKILL
+        assert proc.stdout is not None and proc.stdout.closed
+        assert_reaped(proc.pid)
+
+    run(loop, main())
+
+
+@pytest.mark.divergence("child-starts-off-loop")
+def test_a_spawn_that_outlives_its_loop_kills_and_reaps_its_child(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    gated = GatedPopen()
+    own = loop_factory()
+    with mock.patch("subprocess.Popen", gated):
+        task = own.create_task(asyncio.create_subprocess_exec(*py("import time; time.sleep(60)")))
+        own.run_until_complete(until(lambda: bool(gated.thread_ids), what="the spawn thread"))
+        # The loop stops and closes with the spawn under way (its task is
+        # dropped on purpose: asyncio would log it as destroyed while pending).
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        own.close()
+        gated.gate.set()
+        spawner = next(t for t in threading.enumerate() if t.name == "tideloop-spawn")
+        spawner.join(10)
+    assert not spawner.is_alive()
+    proc = gated.started[0]
+    assert proc.returncode == -signal.SIGKILL  # killed and waited for by the thread
+
+
+@pytest.mark.divergence("child-starts-off-loop")
+def test_with_a_sigchld_handler_the_child_starts_on_the_loop(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A SIGCHLD handler may reap every child (asyncio's FastChildWatcher does): then the
+    child starts on the loop's thread and is watched before such a handler can run."""
+    gated = GatedPopen(patience=0)
+
+    async def main() -> None:
+        loop.add_signal_handler(signal.SIGCHLD, lambda: None)
+        try:
+            with mock.patch("subprocess.Popen", gated):
+                proc = await asyncio.create_subprocess_exec(*py("raise SystemExit(7)"))
+            assert await proc.wait() == 7
+        finally:
+            loop.remove_signal_handler(signal.SIGCHLD)
+        assert gated.thread_ids == [threading.get_ident()]
 
     run(loop, main())

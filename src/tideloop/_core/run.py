@@ -674,6 +674,14 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
         self._executor_jobs -= 1
 
+    def _thread_job_future(self) -> asyncio.Future[Any]:
+        """A future that a helper thread of ours completes, counted as an
+        executor job until it is done (virtual time waits for it)."""
+        future = self.create_future()
+        self._executor_jobs += 1
+        future.add_done_callback(self._executor_job_done)
+        return future
+
     def _check_running(self) -> None:
         if self.is_running():
             raise RuntimeError("This event loop is already running")
@@ -1105,9 +1113,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         executor = self._default_executor
         if executor is None:
             return
-        future = self.create_future()
-        self._executor_jobs += 1
-        future.add_done_callback(self._executor_job_done)
+        future: asyncio.Future[None] = self._thread_job_future()
         # Joining the pool's threads blocks, so a helper thread does it.
         thread = threading.Thread(target=self._join_executor, args=(executor, future))
         thread.start()

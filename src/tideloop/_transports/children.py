@@ -217,18 +217,34 @@ class ChildWatcher:
             except ProcessLookupError:
                 pass
 
-    def watch(self, pid: int, callback: ExitCallback) -> None:
-        """Call ``callback(pid, returncode)`` in the loop once *pid* has exited."""
-        if self.use_pidfd and _PIDFD_OPEN is not None:
-            try:
-                pidfd = _PIDFD_OPEN(pid, 0)
-            except ProcessLookupError:
-                pass  # already reaped by someone else: the thread reports 255
-            else:
-                self._pidfds[pid] = pidfd
-                handle = Handle(self._exited, (pid, pidfd, callback), self._loop, None)
-                self._fds.add_internal_reader(pidfd, handle)
-                return
+    def open_pidfd(self, pid: int) -> int | None:
+        """A pidfd for *pid* to give `watch` later, or None (no pidfds, or reaped).
+
+        Any thread may call it: the spawn thread does, right after the child
+        starts, so that a SIGCHLD handler that reaps every child (asyncio's
+        FastChildWatcher, some programs') cannot take the exit status first.
+        """
+        if not (self.use_pidfd and _PIDFD_OPEN is not None):
+            return None
+        try:
+            return _PIDFD_OPEN(pid, 0)
+        except ProcessLookupError:
+            return None
+
+    def watch(self, pid: int, callback: ExitCallback, pidfd: int | None = None) -> None:
+        """Call ``callback(pid, returncode)`` in the loop once *pid* has exited.
+
+        *pidfd*, from `open_pidfd`, becomes the watcher's (it closes it).
+        """
+        if pidfd is None:
+            pidfd = self.open_pidfd(pid)
+        if pidfd is not None:
+            self._pidfds[pid] = pidfd
+            handle = Handle(self._exited, (pid, pidfd, callback), self._loop, None)
+            self._fds.add_internal_reader(pidfd, handle)
+            return
+        # No pidfd (none here, or the child was reaped by someone else: the
+        # thread then reports 255).
         thread = threading.Thread(
             target=self._wait_in_thread,
             args=(pid, callback),

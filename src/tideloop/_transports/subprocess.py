@@ -29,6 +29,17 @@ before that fix waited for the pipes too: ``tests/divergences.py``,
   exec (ValueError); a missing or non-executable program or a missing
   ``cwd`` raise Popen's own errors, with every pipe closed and nothing
   watched.
+- The child starts on a thread of its own (`start_child`), not on the
+  loop's: ``Popen`` blocks until the child has exec'd (it reads the
+  exec-error pipe), which with a large parent or a slow exec takes
+  milliseconds that would stall every other callback (the stdlib loop and
+  uvloop block there; blockbuster flags it). The loop waits for the thread
+  as for an executor job (virtual time does not jump past it). A spawn
+  whose caller was cancelled meanwhile, or whose loop closed, kills and
+  reaps the child it started. The exception: while a SIGCHLD handler is
+  installed (one that may reap every child, as asyncio's FastChildWatcher
+  does), the child starts on the loop's thread, as asyncio starts it, so
+  that it is watched before such a handler can run.
 
 Invariants:
 - ``_pending_calls`` is a list until ``connection_made`` has been
@@ -42,9 +53,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +68,8 @@ from .children import HAS_WAITID, ChildWatcher, waitid_exited
 from .pipes import PipeMethods
 
 _FD = int
+#: What `SubprocessMethods.start_child` gives: the child and its pidfd, if any.
+_Started = tuple[subprocess.Popen[bytes], int | None]
 
 
 class _PipeProto(asyncio.Protocol):
@@ -108,20 +123,17 @@ def _is_running(pid: int) -> bool:
 class SubprocessTransport(asyncio.SubprocessTransport):
     _extra: dict[str, Any]  # asyncio.BaseTransport's slot
 
-    def __init__(  # noqa: PLR0917 (asyncio's order)
+    def __init__(
         self,
         loop: SubprocessMethods,
         protocol: asyncio.BaseProtocol,
-        args: Any,
-        shell: bool,
-        stdin: Any,
-        stdout: Any,
-        stderr: Any,
-        bufsize: int,
+        proc: subprocess.Popen[bytes],
+        program: Any,
+        *,
         waiter: asyncio.Future[None] | None = None,
         extra: dict[str, Any] | None = None,
-        **kwargs: Any,
     ) -> None:
+        """A transport for *proc*, a child `start_child` has started."""
         super().__init__(extra)
         self._closed = False
         self._protocol: Any = protocol
@@ -138,30 +150,14 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         self._connect_failed = False
         self._pipes: dict[_FD, _PipeProto | None] = {}
         self._finished = False
-        if stdin == subprocess.PIPE:
-            self._pipes[0] = None
-        if stdout == subprocess.PIPE:
-            self._pipes[1] = None
-        if stderr == subprocess.PIPE:
-            self._pipes[2] = None
-        try:
-            self._proc = proc = subprocess.Popen(
-                args,
-                shell=shell,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                universal_newlines=False,
-                bufsize=bufsize,
-                **kwargs,
-            )
-        except BaseException:
-            self.close()
-            raise
+        # Popen makes a pipe exactly where it was asked for one (PIPE).
+        for fd, pipe in enumerate((proc.stdin, proc.stdout, proc.stderr)):
+            if pipe is not None:
+                self._pipes[fd] = None
+        self._proc = proc
         self._pid = proc.pid
         self._extra["subprocess"] = proc
         if loop._debug:
-            program = args if isinstance(args, (bytes, str)) else args[0]
             logger.debug("process %r created: pid %s", program, self._pid)
         loop.create_task(self._connect_pipes(waiter))
 
@@ -526,21 +522,21 @@ class SubprocessMethods(PipeMethods):
         **kwargs: Any,
     ) -> SubprocessTransport:
         self._check_closed()
-        waiter: asyncio.Future[None] = self.create_future()
-        transport = SubprocessTransport(
-            self,
-            protocol,
-            args,
-            shell,
-            stdin,
-            stdout,
-            stderr,
-            bufsize,
-            waiter=waiter,
-            extra=extra,
+        popen_kwargs = dict(
+            args=args,
+            shell=shell,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            universal_newlines=False,
+            bufsize=bufsize,
             **kwargs,
         )
-        self._children.watch(transport.get_pid(), transport._child_exited)
+        proc, pidfd = await self.start_child(popen_kwargs)
+        waiter: asyncio.Future[None] = self.create_future()
+        program = args if isinstance(args, (bytes, str)) else args[0]
+        transport = SubprocessTransport(self, protocol, proc, program, waiter=waiter, extra=extra)
+        self._children.watch(transport.get_pid(), transport._child_exited, pidfd)
         try:
             await waiter
         except (SystemExit, KeyboardInterrupt):
@@ -550,6 +546,112 @@ class SubprocessMethods(PipeMethods):
             await transport._wait()
             raise
         return transport
+
+    async def start_child(self, popen_kwargs: dict[str, Any]) -> _Started:
+        """``subprocess.Popen(**popen_kwargs)``, run on a thread of its own.
+
+        Returns the Popen and, where children are watched through pidfds, the
+        child's pidfd for `ChildWatcher.watch`. Popen's exceptions (a missing
+        program, a bad ``cwd``) are raised here as they are. See the module
+        docstring for why a thread.
+        """
+        if signal.getsignal(signal.SIGCHLD) not in (signal.SIG_DFL, None):
+            # Someone handles SIGCHLD (asyncio's FastChildWatcher, a program's
+            # own handler): it may reap every child, ours included, before a
+            # spawn thread's result reaches the loop and the child is
+            # watched. Then the child starts here, as asyncio starts it, and
+            # is watched before the loop runs again.
+            return subprocess.Popen(**popen_kwargs), None
+        # Counted as an executor job: virtual time waits for the child.
+        started: asyncio.Future[_Started] = self._thread_job_future()
+        threading.Thread(
+            target=_popen_thread,
+            args=(self, started, popen_kwargs),
+            name="tideloop-spawn",
+            daemon=True,
+        ).start()
+        try:
+            return await asyncio.shield(started)
+        except asyncio.CancelledError:
+            # As asyncio, whose cancelled caller returns only once the child
+            # it started is killed and reaped: wait for the spawn, then that.
+            try:
+                proc, pidfd = await started
+            except Exception:  # Popen failed: nothing to undo
+                pass
+            else:
+                await self._abandon_child(proc, pidfd)
+            raise
+
+    def _child_started(
+        self,
+        started: asyncio.Future[_Started],
+        proc: subprocess.Popen[bytes] | None,
+        pidfd: int | None,
+        exc: BaseException | None,
+    ) -> None:
+        """In the loop: hand the spawn's outcome to its caller, or undo it."""
+        if started.cancelled():
+            if proc is not None:
+                self._abandon_child(proc, pidfd)
+        elif proc is not None:
+            started.set_result((proc, pidfd))
+        else:
+            assert exc is not None
+            started.set_exception(exc)
+
+    def _abandon_child(
+        self, proc: subprocess.Popen[bytes], pidfd: int | None
+    ) -> asyncio.Future[int]:
+        """Kill a child nobody wants any more; the future is done once it is reaped."""
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        try:
+            proc.kill()  # not reaped yet: the pid is still this child's
+        except ProcessLookupError:
+            pass
+        exited: asyncio.Future[int] = self.create_future()
+
+        def reaped(pid: int, returncode: int) -> None:
+            proc.returncode = returncode  # Popen's __del__ must not warn
+            if not exited.done():
+                exited.set_result(returncode)
+
+        self._children.watch(proc.pid, reaped, pidfd)
+        return exited
+
+
+def _popen_thread(
+    loop: SubprocessMethods,
+    started: asyncio.Future[_Started],
+    popen_kwargs: dict[str, Any],
+) -> None:
+    """The spawn thread: start the child, post the outcome to the loop."""
+    proc: subprocess.Popen[bytes] | None = None
+    pidfd: int | None = None
+    error: BaseException | None = None
+    try:
+        proc = subprocess.Popen(**popen_kwargs)
+    except BaseException as exc:  # Popen's own errors, for the caller
+        error = exc
+    else:
+        # At once, before a SIGCHLD handler elsewhere can reap the child.
+        pidfd = loop._children.open_pidfd(proc.pid)
+    try:
+        loop.call_soon_threadsafe(loop._child_started, started, proc, pidfd, error)
+    except RuntimeError:
+        # The loop was closed meanwhile: nobody will watch this child.
+        if pidfd is not None:
+            os.close(pidfd)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+    finally:
+        error = None  # no reference cycle through the traceback
 
 
 def _format_pipe(fd: Any) -> str:
