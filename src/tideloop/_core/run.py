@@ -59,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import concurrent.futures
+import contextlib
 import contextvars
 import numbers
 import operator
@@ -674,6 +675,41 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
         self._executor_jobs -= 1
 
+    async def _in_thread(self, func: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
+        """``func(*args)`` on a helper thread of its own, for the filesystem
+        calls that must not block the loop's thread (stat, unlink, bind to a
+        path) and must not wait behind the default executor's jobs.
+
+        Cancelling the caller does not stop *func*: the caller returns once
+        it is done (its result is then dropped), so it never runs on behind
+        the caller's back.
+        """
+        future: asyncio.Future[_T] = self._thread_job_future()
+
+        def work() -> None:
+            try:
+                result = func(*args)
+            except BaseException as exc:  # handed to the caller
+                self._post_from_thread(future, None, exc)
+            else:
+                self._post_from_thread(future, result, None)
+
+        threading.Thread(target=work, name="tideloop-fs", daemon=True).start()
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await future
+            raise
+
+    def _post_from_thread(
+        self, future: asyncio.Future[Any], result: object, exc: BaseException | None
+    ) -> None:
+        try:
+            self.call_soon_threadsafe(_resolve, future, result, exc)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
     def _thread_job_future(self) -> asyncio.Future[Any]:
         """A future that a helper thread of ours completes, counted as an
         executor job until it is done (virtual time waits for it)."""
@@ -1140,6 +1176,15 @@ class CoreLoop(asyncio.AbstractEventLoop):
         except Exception as ex:
             if not self.is_closed() and not future.cancelled():
                 self.call_soon_threadsafe(future.set_exception, ex)
+
+
+def _resolve(fut: asyncio.Future[Any], result: object, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(result)
+    else:
+        fut.set_exception(exc)
 
 
 def _set_result_unless_cancelled(fut: asyncio.Future[_T], result: _T) -> None:

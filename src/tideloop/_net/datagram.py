@@ -30,9 +30,7 @@ Facts / what this means for us:
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import stat
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -40,7 +38,7 @@ from tideloop._core.errors import logger
 from tideloop._fdio.dns import Resolver
 from tideloop._transports.factory import TransportMethods
 
-from .server import _set_reuseport
+from .server import _set_reuseport, remove_stale_unix_socket
 
 
 def _stdlib_refuses_only_stream_socks() -> bool:
@@ -158,17 +156,9 @@ class DatagramMethods(TransportMethods):
             for addr in (local_addr, remote_addr):
                 if addr is not None and not isinstance(addr, str):
                     raise TypeError("string is expected")
-            if local_addr and local_addr[0] not in (0, "\x00"):
-                try:
-                    if stat.S_ISSOCK(os.stat(local_addr).st_mode):
-                        os.remove(local_addr)  # a stale socket file from an earlier run
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    # The directory may let us create the socket only.
-                    logger.error(
-                        "Unable to check or remove stale UNIX socket %r: %r", local_addr, err
-                    )
+            if local_addr:
+                # A filesystem call: on a thread, not the loop's.
+                await self._in_thread(remove_stale_unix_socket, local_addr)
             pairs = [((family, proto), (local_addr, remote_addr))]
         else:
             # Addresses by (family, proto), in resolution order.

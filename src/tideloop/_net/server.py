@@ -273,6 +273,30 @@ class Listeners:
         self.unix_inodes.clear()
 
 
+def remove_stale_unix_socket(path: str | bytes) -> None:
+    """Remove *path* if it is a socket file (left by an earlier run); a blocking call."""
+    if path[0] in (0, "\x00"):
+        return  # an abstract socket: no file
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        # The directory may only let us create the socket.
+        logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
+
+
+def bind_unix_path(sock: socket.socket, path: str | bytes) -> None:
+    """Bind *sock* to *path*, removing a stale socket file first; a blocking call."""
+    remove_stale_unix_socket(path)
+    sock.bind(path)
+
+
+def _inode(path: str | bytes) -> int:
+    return os.stat(path).st_ino
+
+
 class ServerMethods(TransportMethods):
     """``create_server``, ``create_unix_server``; accepting connections."""
 
@@ -664,18 +688,9 @@ class ServerMethods(TransportMethods):
                 raise ValueError("path and sock can not be specified at the same time")
             path = os.fspath(path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            # Not for abstract sockets (a leading NUL byte): no file exists.
-            if path[0] not in (0, "\x00"):
-                try:
-                    if stat.S_ISSOCK(os.stat(path).st_mode):
-                        os.remove(path)  # a stale socket file from an earlier run
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    # The directory may only let us create the socket.
-                    logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
             try:
-                sock.bind(path)
+                # Filesystem calls: on a thread, not the loop's.
+                await self._in_thread(bind_unix_path, sock, path)
             except OSError as exc:
                 sock.close()
                 if exc.errno == errno.EADDRINUSE:
@@ -694,9 +709,11 @@ class ServerMethods(TransportMethods):
             bound = sock.getsockname()
             if bound and bound[0] not in (0, "\x00"):
                 try:
-                    self._listeners.unix_inodes[sock] = os.stat(bound).st_ino
+                    inode = await self._in_thread(_inode, bound)
                 except FileNotFoundError:
                     pass
+                else:
+                    self._listeners.unix_inodes[sock] = inode
 
         sock.setblocking(False)
         server = Server(

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import dataclasses
+import importlib.util
 import inspect
 import shlex
 import sys
@@ -64,6 +65,7 @@ from _pytest.runner import runtestprotocol
 from tideloop._runner import _policy_base
 
 from . import new_event_loop
+from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
 
 _PLUGIN_NAME = "tideloop-plugin"
@@ -117,6 +119,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     plugin = _Plugin(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
+    # blockbuster (anyio's and aiohttp's suites use it) accepts asyncio's own
+    # blocking frames; told here to accept tideloop's same calls too.
+    if importlib.util.find_spec("blockbuster") is not None:
+        import blockbuster
+
+        patch_blockbuster_class(blockbuster.BlockBuster)
     if plugin.enabled:
         plugin.install_policy()
         if hasattr(config.hook, "pytest_asyncio_loop_factories"):
