@@ -354,6 +354,8 @@ def test_transport_api_and_extra_info(tls: Route, certs: Certs) -> None:
         assert transport.get_protocol() is client
         assert client.transport is transport
         assert transport.get_extra_info("sslcontext") is certs.client
+        # asyncio's private name for it, which libraries read (aiohttp's tests).
+        assert transport._ssl_protocol._sslcontext is certs.client
         sslobj = transport.get_extra_info("ssl_object")
         assert isinstance(sslobj, ssl.SSLObject)
         assert sslobj.server_hostname == "localhost"

@@ -506,6 +506,14 @@ class TLSProtocol(asyncio.BufferedProtocol):
             else:
                 waiter.set_result(None)
 
+    @property
+    def _sslcontext(self) -> ssl.SSLContext | None:
+        # asyncio's SSLProtocol attribute: libraries (and aiohttp's tests)
+        # read transport._ssl_protocol._sslcontext. None once the TLS state
+        # is released (see tls-closed-twice in tests/divergences.py).
+        context: ssl.SSLContext | None = self._extra.get("sslcontext")
+        return context
+
     def _get_extra_info(self, name: str, default: Any = None) -> Any:
         extra = self._extra
         if name in extra:
