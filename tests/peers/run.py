@@ -51,6 +51,10 @@ class Peer:
     paths: tuple[str, ...] = ("tests",)
     #: Environment for installing and testing.
     env: tuple[tuple[str, str], ...] = ()
+    #: Install the release's wheel rather than build the sdist (C extensions
+    #: that need headers this machine lacks); the tests still come from the
+    #: sdist, which must not shadow the package (a src layout).
+    from_wheel: bool = False
 
     @property
     def pin(self) -> str:
@@ -114,6 +118,39 @@ PEERS: dict[str, Peer] = {
         ),
         env=(("AIOHTTP_NO_EXTENSIONS", "1"),),
     ),
+    # An HTTP client on anyio and httpcore, tested against uvicorn servers
+    # it starts in threads.
+    "httpx": Peer(
+        "httpx",
+        "0.28.1",
+        requirements=(
+            "pytest>=8",
+            "pytest-xdist",
+            "trustme",
+            "cryptography",
+            "uvicorn",
+            "trio",  # its tests' helpers import it; they run on asyncio here
+            "chardet",
+            # httpx's extras: brotli, cli, http2, socks, zstd.
+            "brotli; platform_python_implementation == 'CPython'",
+            "brotlicffi; platform_python_implementation != 'CPython'",
+            "click",
+            "pygments",
+            "rich",
+            "h2",
+            "socksio",
+            "zstandard",
+        ),
+        pytest_args=("-m", "not network"),
+    ),
+    # QUIC over UDP: clients and servers on loopback datagram endpoints.
+    "aioquic": Peer(
+        "aioquic",
+        "1.7.2",
+        requirements=("pytest>=8", "pytest-xdist"),
+        pytest_args=(),
+        from_wheel=True,
+    ),
 }
 
 #: Tests that read the stdlib loop's internals, reviewed one by one:
@@ -151,7 +188,24 @@ def source(peer: Peer, archive: Path, tag: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive) as tar:
         tar.extractall(target.parent, filter="data")
+    if not has_pytest_config(target):
+        # Else pytest would take this repository's configuration (the tree
+        # is under .peers/): the peer's suite runs with pytest's defaults.
+        (target / "pytest.ini").write_text("[pytest]\n")
     return target
+
+
+def has_pytest_config(tree: Path) -> bool:
+    if (tree / "pytest.ini").exists():
+        return True
+    pyproject = tree / "pyproject.toml"
+    if pyproject.exists() and "[tool.pytest" in pyproject.read_text():
+        return True
+    for name, section in (("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]")):
+        path = tree / name
+        if path.exists() and section in path.read_text():
+            return True
+    return False
 
 
 def environment(peer: Peer, python: str, tag: str, src: Path) -> Path:
@@ -168,7 +222,8 @@ def environment(peer: Peer, python: str, tag: str, src: Path) -> Path:
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     pip += ["--disable-pip-version-check", "--prefer-binary"]
     env = {**os.environ, **dict(peer.env)}
-    run([*pip, "-e", str(ROOT), str(src), *peer.requirements], env=env)
+    package = [peer.pin, "--only-binary", peer.name] if peer.from_wheel else [str(src)]
+    run([*pip, "-e", str(ROOT), *package, *peer.requirements], env=env)
     stamp.write_text(spec)
     return venv
 
