@@ -25,7 +25,8 @@ import pytest
 
 blockbuster = pytest.importorskip("blockbuster")
 
-from tideloop.testing._blockbuster import ALLOWANCES, allow_tideloop  # noqa: E402
+from tideloop.testing import allow_tideloop  # noqa: E402
+from tideloop.testing._blockbuster import ALLOWANCES  # noqa: E402
 
 from tls_support import Certs, make_certs  # noqa: E402
 

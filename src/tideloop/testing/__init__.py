@@ -33,10 +33,18 @@ from typing import Any, TypeVar
 from tideloop._loop import Loop
 from tideloop._pollers import Poller
 
+from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._schedule import Perturber
 
-__all__ = ["Perturber", "VirtualClock", "current_clock", "new_event_loop", "run"]
+__all__ = [
+    "Perturber",
+    "VirtualClock",
+    "allow_tideloop",
+    "current_clock",
+    "new_event_loop",
+    "run",
+]
 
 _T = TypeVar("_T")
 
