@@ -55,6 +55,9 @@ class Peer:
     #: that need headers this machine lacks); the tests still come from the
     #: sdist, which must not shadow the package (a src layout).
     from_wheel: bool = False
+    #: At most this many xdist workers (a suite whose servers use fixed ports
+    #: cannot run in parallel).
+    max_jobs: int = 64
 
     @property
     def pin(self) -> str:
@@ -142,6 +145,7 @@ PEERS: dict[str, Peer] = {
             "zstandard",
         ),
         pytest_args=("-m", "not network"),
+        max_jobs=1,  # its uvicorn fixtures listen on fixed ports
     ),
     # QUIC over UDP: clients and servers on loopback datagram endpoints.
     "aioquic": Peer(
@@ -291,6 +295,7 @@ def run_suite(
     cmd += ["-q", "-p", "no:cacheprovider", "-p", "tideloop_peer_check", f"--junitxml={report}"]
     # xunit1 records each test's file: the report's ids are pytest's node ids.
     cmd += ["-o", "junit_family=xunit1"]
+    jobs = min(jobs, peer.max_jobs)
     if jobs > 1:
         cmd += ["-n", str(jobs)]
     if loop.startswith("tideloop"):
