@@ -59,7 +59,6 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import concurrent.futures
-import contextlib
 import contextvars
 import numbers
 import operator
@@ -675,14 +674,23 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
         self._executor_jobs -= 1
 
-    async def _in_thread(self, func: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> _T:
-        """``func(*args)`` on a helper thread of its own, for the filesystem
-        calls that must not block the loop's thread (stat, unlink, bind to a
-        path) and must not wait behind the default executor's jobs.
+    async def _in_thread(
+        self,
+        func: Callable[[Unpack[_Ts]], _T],
+        *args: *_Ts,
+        undo: Callable[[_T], Awaitable[object]] | None = None,
+        undo_unwatched: Callable[[_T], object] | None = None,
+        name: str = "tideloop-fs",
+    ) -> _T:
+        """``func(*args)`` on a helper thread of its own, for the blocking
+        calls that must not run on the loop's thread (a child's start; stat,
+        unlink, bind to a path) and must not wait behind the default
+        executor's jobs. Counted as an executor job: virtual time waits.
 
         Cancelling the caller does not stop *func*: the caller returns once
-        it is done (its result is then dropped), so it never runs on behind
-        the caller's back.
+        it is done, after ``await undo(result)`` if *func* succeeded, so it
+        never runs on behind the caller's back. If the loop is closed by the
+        time *func* returns, the thread calls ``undo_unwatched(result)``.
         """
         future: asyncio.Future[_T] = self._thread_job_future()
 
@@ -692,23 +700,31 @@ class CoreLoop(asyncio.AbstractEventLoop):
             except BaseException as exc:  # handed to the caller
                 self._post_from_thread(future, None, exc)
             else:
-                self._post_from_thread(future, result, None)
+                if not self._post_from_thread(future, result, None) and undo_unwatched:
+                    undo_unwatched(result)
 
-        threading.Thread(target=work, name="tideloop-fs", daemon=True).start()
+        threading.Thread(target=work, name=name, daemon=True).start()
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await future
+            try:
+                result = await future
+            except Exception:  # func failed: nothing to undo
+                pass
+            else:
+                if undo is not None:
+                    await undo(result)
             raise
 
     def _post_from_thread(
         self, future: asyncio.Future[Any], result: object, exc: BaseException | None
-    ) -> None:
+    ) -> bool:
+        """Hand a helper thread's outcome to *future*; False if the loop is closed."""
         try:
             self.call_soon_threadsafe(_resolve, future, result, exc)
         except RuntimeError:
-            pass  # the loop is closed: nobody waits any more
+            return False  # the loop is closed: nobody waits any more
+        return True
 
     def _thread_job_future(self) -> asyncio.Future[Any]:
         """A future that a helper thread of ours completes, counted as an

@@ -57,7 +57,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -562,43 +561,20 @@ class SubprocessMethods(PipeMethods):
             # watched. Then the child starts here, as asyncio starts it, and
             # is watched before the loop runs again.
             return subprocess.Popen(**popen_kwargs), None
-        # Counted as an executor job: virtual time waits for the child.
-        started: asyncio.Future[_Started] = self._thread_job_future()
-        threading.Thread(
-            target=_popen_thread,
-            args=(self, started, popen_kwargs),
+        # As asyncio, a cancelled caller returns only once the child it
+        # started is killed and reaped (undo); if the loop is gone by then,
+        # the spawn thread does that itself (undo_unwatched).
+        return await self._in_thread(
+            _popen,
+            self._children,
+            popen_kwargs,
+            undo=self._abandon_started,
+            undo_unwatched=_kill_and_wait,
             name="tideloop-spawn",
-            daemon=True,
-        ).start()
-        try:
-            return await asyncio.shield(started)
-        except asyncio.CancelledError:
-            # As asyncio, whose cancelled caller returns only once the child
-            # it started is killed and reaped: wait for the spawn, then that.
-            try:
-                proc, pidfd = await started
-            except Exception:  # Popen failed: nothing to undo
-                pass
-            else:
-                await self._abandon_child(proc, pidfd)
-            raise
+        )
 
-    def _child_started(
-        self,
-        started: asyncio.Future[_Started],
-        proc: subprocess.Popen[bytes] | None,
-        pidfd: int | None,
-        exc: BaseException | None,
-    ) -> None:
-        """In the loop: hand the spawn's outcome to its caller, or undo it."""
-        if started.cancelled():
-            if proc is not None:
-                self._abandon_child(proc, pidfd)
-        elif proc is not None:
-            started.set_result((proc, pidfd))
-        else:
-            assert exc is not None
-            started.set_exception(exc)
+    def _abandon_started(self, started: _Started) -> asyncio.Future[int]:
+        return self._abandon_child(*started)
 
     def _abandon_child(
         self, proc: subprocess.Popen[bytes], pidfd: int | None
@@ -622,36 +598,23 @@ class SubprocessMethods(PipeMethods):
         return exited
 
 
-def _popen_thread(
-    loop: SubprocessMethods,
-    started: asyncio.Future[_Started],
-    popen_kwargs: dict[str, Any],
-) -> None:
-    """The spawn thread: start the child, post the outcome to the loop."""
-    proc: subprocess.Popen[bytes] | None = None
-    pidfd: int | None = None
-    error: BaseException | None = None
-    try:
-        proc = subprocess.Popen(**popen_kwargs)
-    except BaseException as exc:  # Popen's own errors, for the caller
-        error = exc
-    else:
-        # At once, before a SIGCHLD handler elsewhere can reap the child.
-        pidfd = loop._children.open_pidfd(proc.pid)
-    try:
-        loop.call_soon_threadsafe(loop._child_started, started, proc, pidfd, error)
-    except RuntimeError:
-        # The loop was closed meanwhile: nobody will watch this child.
-        if pidfd is not None:
-            os.close(pidfd)
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-    finally:
-        error = None  # no reference cycle through the traceback
+def _popen(children: ChildWatcher, popen_kwargs: dict[str, Any]) -> _Started:
+    """On the spawn thread: start the child; Popen's errors are the caller's."""
+    proc: subprocess.Popen[bytes] = subprocess.Popen(**popen_kwargs)
+    # At once, before a SIGCHLD handler elsewhere can reap the child.
+    return proc, children.open_pidfd(proc.pid)
+
+
+def _kill_and_wait(started: _Started) -> None:
+    """On the spawn thread, its loop closed: nobody will watch this child."""
+    proc, pidfd = started
+    if pidfd is not None:
+        os.close(pidfd)
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _format_pipe(fd: Any) -> str:
