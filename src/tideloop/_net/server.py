@@ -287,14 +287,22 @@ def remove_stale_unix_socket(path: str | bytes) -> None:
         logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
 
 
-def bind_unix_path(sock: socket.socket, path: str | bytes) -> None:
-    """Bind *sock* to *path*, removing a stale socket file first; a blocking call."""
-    remove_stale_unix_socket(path)
-    sock.bind(path)
-
-
-def _inode(path: str | bytes) -> int:
-    return os.stat(path).st_ino
+def bind_unix_path(sock: socket.socket, path: str | bytes | None, inode: bool) -> int | None:
+    """Bind *sock* to *path* (if given), removing a stale socket file first;
+    with *inode*, the inode of the file *sock* is bound to (None if none).
+    Blocking calls: one helper-thread trip does them all."""
+    if path is not None:
+        remove_stale_unix_socket(path)
+        sock.bind(path)
+    if not inode:
+        return None
+    bound = sock.getsockname()
+    if not bound or bound[0] in (0, "\x00"):
+        return None  # unbound, or an abstract socket: no file
+    try:
+        return os.stat(bound).st_ino
+    except FileNotFoundError:
+        return None
 
 
 class ServerMethods(TransportMethods):
@@ -690,7 +698,7 @@ class ServerMethods(TransportMethods):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 # Filesystem calls: on a thread, not the loop's.
-                await self._in_thread(bind_unix_path, sock, path)
+                inode = await self._in_thread(bind_unix_path, sock, path, cleanup_socket)
             except OSError as exc:
                 sock.close()
                 if exc.errno == errno.EADDRINUSE:
@@ -704,16 +712,11 @@ class ServerMethods(TransportMethods):
                 raise ValueError("path was not specified, and no sock specified")
             if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
                 raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
-
-        if cleanup_socket:
-            bound = sock.getsockname()
-            if bound and bound[0] not in (0, "\x00"):
-                try:
-                    inode = await self._in_thread(_inode, bound)
-                except FileNotFoundError:
-                    pass
-                else:
-                    self._listeners.unix_inodes[sock] = inode
+            inode = None
+            if cleanup_socket:
+                inode = await self._in_thread(bind_unix_path, sock, None, True)
+        if inode is not None:
+            self._listeners.unix_inodes[sock] = inode
 
         sock.setblocking(False)
         server = Server(
