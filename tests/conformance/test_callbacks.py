@@ -471,6 +471,13 @@ def test_assigned_and_deleted_time(loop: asyncio.AbstractEventLoop) -> None:
     assert fired == [1]
 
 
+@pytest.mark.divergence("loop-time-is-the-clock")
+def test_loop_time_is_the_clocks_function(loop: asyncio.AbstractEventLoop) -> None:
+    assert loop.time is time.monotonic
+    before = time.monotonic()
+    assert before <= loop.time() <= time.monotonic()
+
+
 def _subclass_with_time(loop_name: str, offset: float) -> asyncio.AbstractEventLoop:
     base: Any = asyncio.SelectorEventLoop if loop_name == "asyncio" else tideloop.Loop
 

@@ -987,6 +987,14 @@ def check_tls_closed_twice() -> None:
         loop.close()
 
 
+def check_loop_time_is_the_clock() -> None:
+    loop = stdlib_loop()
+    try:
+        assert loop.time.__self__ is loop  # asyncio: a bound method
+    finally:
+        loop.close()
+
+
 def check_child_starts_off_loop() -> None:
     loop = stdlib_loop()
     gate = threading.Event()
@@ -1051,6 +1059,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "tls-data-before-error": check_tls_data_before_error,
     "tls-delivery-at-most-256k": check_tls_delivery_at_most_256k,
     "tls-closed-twice": check_tls_closed_twice,
+    "loop-time-is-the-clock": check_loop_time_is_the_clock,
     "child-starts-off-loop": check_child_starts_off_loop,
     "tls-shutdown-timeout-until-closed": check_tls_shutdown_timeout_until_closed,
     "start-tls-buffered-data": check_start_tls_buffered_data,
