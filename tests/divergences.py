@@ -468,6 +468,14 @@ DIVERGENCES: dict[str, Divergence] = {
         "not keep the connection's TLS state alive; tideloop releases the same state (SSL "
         "object, context, buffers) without breaking the transport's API.",
     ),
+    "unix-path-calls-off-loop": Divergence(
+        what="create_unix_server(path) checks for a stale socket file, binds and reads the "
+        "file's inode, and create_datagram_endpoint(AF_UNIX, local_addr=path) checks for a "
+        "stale socket file, on a helper thread: the loop runs other callbacks meanwhile, "
+        "start_serving=False included. asyncio makes these calls on the loop's thread.",
+        why="No blocking call on the loop's thread (a stat on a slow or network filesystem "
+        "stalls every callback); blockbuster flags them outside asyncio's own frames.",
+    ),
     "loop-time-is-the-clock": Divergence(
         what="loop.time is the function of the loop's clock itself (time.monotonic on the "
         "real clock, the virtual clock's now() under virtual time), not a method bound to "

@@ -20,6 +20,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -987,6 +988,26 @@ def check_tls_closed_twice() -> None:
         loop.close()
 
 
+def check_unix_path_calls_off_loop() -> None:
+    loop = stdlib_loop()
+    ran: list[bool] = []
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+            loop.call_soon(ran.append, True)
+            server = await loop.create_unix_server(
+                asyncio.Protocol, os.path.join(folder, "s"), start_serving=False
+            )
+            assert ran == []  # asyncio: no other callback ran meanwhile
+            server.close()
+            await server.wait_closed()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 def check_loop_time_is_the_clock() -> None:
     loop = stdlib_loop()
     try:
@@ -1059,6 +1080,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "tls-data-before-error": check_tls_data_before_error,
     "tls-delivery-at-most-256k": check_tls_delivery_at_most_256k,
     "tls-closed-twice": check_tls_closed_twice,
+    "unix-path-calls-off-loop": check_unix_path_calls_off_loop,
     "loop-time-is-the-clock": check_loop_time_is_the_clock,
     "child-starts-off-loop": check_child_starts_off_loop,
     "tls-shutdown-timeout-until-closed": check_tls_shutdown_timeout_until_closed,

@@ -10,6 +10,7 @@ import asyncio
 import errno
 import functools
 import io
+import os
 import random
 import socket
 import tempfile
@@ -140,6 +141,23 @@ def test_sendfile_fallback_sends_the_file_as_it_is(loop: asyncio.AbstractEventLo
 
     with b:
         assert loop.run_until_complete(main()) == data
+
+
+@pytest.mark.divergence("unix-path-calls-off-loop")
+def test_unix_server_path_calls_run_while_the_loop_runs(loop: asyncio.AbstractEventLoop) -> None:
+    ran: list[bool] = []
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+            path = os.path.join(folder, "s")
+            loop.call_soon(ran.append, True)
+            server = await loop.create_unix_server(asyncio.Protocol, path, start_serving=False)
+            assert ran == [True]  # the loop ran while the path was bound
+            assert os.path.exists(path)
+            server.close()
+            await server.wait_closed()
+
+    loop.run_until_complete(main())
 
 
 @pytest.mark.divergence("writelines-flow-control")
