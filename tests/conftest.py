@@ -25,6 +25,9 @@ watched, as uvloop's test base watches its loops:
   ``@pytest.mark.leaves_registrations`` exempts a test that leaves one on
   purpose.
 
+``pytest --blockbuster`` runs every test under blockbuster, failing a
+blocking call tideloop makes on a loop's thread (`blockwatch.py`).
+
 ``@pytest.mark.missing_on_tideloop("TLS")`` marks a test of a feature
 tideloop has not built yet: on the stdlib loop it must pass (the evidence
 that the test is right), on tideloop it is a strict expected failure, which
@@ -47,6 +50,14 @@ from divergences import DIVERGENCES
 from loopwatch import FACTORIES, TIDELOOP_FACTORIES, LoopFactory, LoopWatch
 
 T = TypeVar("T")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--blockbuster",
+        action="store_true",
+        help="fail a blocking call tideloop makes on a loop's thread (tests/blockwatch.py)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -155,6 +166,17 @@ def _open_fds() -> set[int]:
 
 def _threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.is_alive()}
+
+
+@pytest.fixture(autouse=True)
+def _blockbuster(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not request.config.getoption("--blockbuster"):
+        yield
+        return
+    from blockwatch import blockbuster_on_tideloop
+
+    with blockbuster_on_tideloop():
+        yield
 
 
 @pytest.fixture(autouse=True)

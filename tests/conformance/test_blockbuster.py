@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import pytest
 
 blockbuster = pytest.importorskip("blockbuster")
 
+import tideloop  # noqa: E402
 from tideloop.testing import allow_tideloop  # noqa: E402
 from tideloop.testing._blockbuster import ALLOWANCES  # noqa: E402
 
@@ -233,6 +235,57 @@ def test_sock_methods(loop: asyncio.AbstractEventLoop) -> None:
     under_blockbuster(loop, main)
 
 
+def test_sock_methods_that_wait(loop: asyncio.AbstractEventLoop) -> None:
+    """The retry after EAGAIN calls the socket's method by name: blockbuster's
+    wrappers of socket.socket's methods are named ``wrapper``."""
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        u1 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with a, b, u1, u2:
+            for sock in (a, b, u1, u2):
+                sock.setblocking(False)
+            u1.bind(("127.0.0.1", 0))
+            u2.bind(("127.0.0.1", 0))
+            # Nothing to read yet: each call waits for its data.
+            pending = loop.create_task(loop.sock_recv(a, 5))
+            await asyncio.sleep(0)
+            await loop.sock_sendall(b, b"first")
+            assert await pending == b"first"
+            buf = bytearray(6)
+            pending_into = loop.create_task(loop.sock_recv_into(a, buf))
+            await asyncio.sleep(0)
+            await loop.sock_sendall(b, b"second")
+            assert await pending_into == 6 and buf == b"second"
+            datagram = loop.create_task(loop.sock_recvfrom(u2, 100))
+            await asyncio.sleep(0)
+            await loop.sock_sendto(u1, b"dgram", u2.getsockname())
+            assert await datagram == (b"dgram", u1.getsockname())
+            dbuf = bytearray(10)
+            datagram_into = loop.create_task(loop.sock_recvfrom_into(u2, dbuf))
+            await asyncio.sleep(0)
+            await loop.sock_sendto(u1, b"into", u2.getsockname())
+            assert await datagram_into == (4, u1.getsockname()) and dbuf[:4] == b"into"
+
+    under_blockbuster(loop, main)
+
+
+def test_a_child_started_while_sigchld_is_handled(loop: asyncio.AbstractEventLoop) -> None:
+    """With a SIGCHLD handler installed a child starts on the loop's thread (as
+    asyncio starts every child): blockbuster accepts it from both loops."""
+
+    async def main() -> None:
+        loop.add_signal_handler(signal.SIGCHLD, lambda: None)
+        try:
+            proc = await asyncio.create_subprocess_exec(PY, "-c", "raise SystemExit(4)")
+            assert await proc.wait() == 4
+        finally:
+            loop.remove_signal_handler(signal.SIGCHLD)
+
+    under_blockbuster(loop, main)
+
+
 def test_the_allowances_are_what_a_blockbuster_gets() -> None:
     """The plugin (loaded in this session) gives every BlockBuster tideloop's entries;
     allow_tideloop() adds them to one made before."""
@@ -247,3 +300,36 @@ def test_the_allowances_are_what_a_blockbuster_gets() -> None:
     assert fresh.functions["os.sendfile"].can_block_functions == [
         ("tideloop/_transports/sendfile.py", {"_step"})
     ]
+
+
+def tideloop_frame_probe() -> Callable[..., Any]:
+    """A function whose frame counts as tideloop's (its code names a file in the package)."""
+    filename = os.path.join(os.path.dirname(tideloop.__file__), "_blockwatch_probe.py")
+    namespace: dict[str, Any] = {}
+    exec(compile("def probe(f, *args):\n    return f(*args)\n", filename, "exec"), namespace)
+    return namespace["probe"]  # type: ignore[no-any-return]
+
+
+def test_the_suite_mode_fails_the_loops_calls_and_lets_the_tests_own_through(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """``pytest --blockbuster`` (tests/blockwatch.py): a blocking call is the
+    loop's when the first frame above it outside the standard library is
+    tideloop's; the test's own blocking calls pass."""
+    from blockwatch import blockbuster_on_tideloop
+
+    probe = tideloop_frame_probe()
+    here = Path(__file__)
+
+    async def main() -> None:
+        time.sleep(0)  # the test's own call
+        assert here.exists()  # the test's, through pathlib (os.stat)
+        with pytest.raises(blockbuster.BlockingError, match=r"time\.sleep"):
+            probe(time.sleep, 0)
+        with pytest.raises(blockbuster.BlockingError, match=r"os\.stat"):
+            probe(here.exists)  # the standard library's frames are looked past
+
+    with blockbuster_on_tideloop():
+        loop.run_until_complete(main())
+        # No running loop on this thread: nothing is checked.
+        probe(time.sleep, 0)

@@ -245,6 +245,7 @@ def test_reads_shrink_back_after_bulk_data(loop: asyncio.AbstractEventLoop) -> N
     chunks: list[bytes] = []
 
     async def main() -> None:
+        b.setblocking(False)  # sock_* methods take non-blocking sockets
         transport, _ = await loop.connect_accepted_socket(lambda: Chunks(chunks), a)
         bulk = bytes(range(256)) * 2048  # 512 KiB
         await loop.sock_sendall(b, bulk)
@@ -279,6 +280,7 @@ def test_stream_reads_stay_at_64k_and_a_plain_protocol_after_them_grows(
             super().data_received(data)
 
     async def main() -> None:
+        b.setblocking(False)  # sock_* methods take non-blocking sockets
         reader = asyncio.StreamReader(limit=1 << 20)
         transport, _ = await loop.connect_accepted_socket(lambda: Recording(reader), a)
         bulk = bytes(range(256)) * 2048  # 512 KiB

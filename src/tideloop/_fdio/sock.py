@@ -44,7 +44,6 @@ import asyncio
 import functools
 import socket
 import sys
-from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from tideloop._core.handles import Handle
@@ -143,26 +142,28 @@ class SockMethods(CoreLoop):
     # retry it from one reader (writer) callback until it completes or the
     # future is cancelled.
 
-    async def _sock_read_later(self, sock: socket.socket, op: Callable[..., _R], *args: Any) -> _R:
+    async def _sock_read_later(self, sock: socket.socket, op: str, *args: Any) -> _R:
         fut: asyncio.Future[_R] = self.create_future()
         self._wait_readable(fut, sock, self._sock_retry, op, *args)
         return await fut
 
-    async def _sock_write_later(self, sock: socket.socket, op: Callable[..., _R], *args: Any) -> _R:
+    async def _sock_write_later(self, sock: socket.socket, op: str, *args: Any) -> _R:
         fut: asyncio.Future[_R] = self.create_future()
         self._wait_writable(fut, sock, self._sock_retry, op, *args)
         return await fut
 
     def _sock_retry(
-        self, fut: asyncio.Future[_R], sock: socket.socket, op: Callable[..., _R], *args: Any
+        self, fut: asyncio.Future[_R], sock: socket.socket, op: str, *args: Any
     ) -> None:
         if fut.done():
             return
         try:
             # Call the method by name on the object rather than the unbound
             # socket.socket method: asyncio accepts socket-like objects
-            # (subclasses, test doubles) and calls their own methods.
-            result = getattr(sock, op.__name__)(*args)
+            # (subclasses, test doubles) and calls their own methods. The
+            # name is a string, not a method's __name__: a patched
+            # socket.socket method (blockbuster's, a mock) has another name.
+            result: _R = getattr(sock, op)(*args)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -178,7 +179,7 @@ class SockMethods(CoreLoop):
             return sock.recv(n)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_read_later(sock, socket.socket.recv, n)
+        return await self._sock_read_later(sock, "recv", n)
 
     async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
         self._check_sock(sock)
@@ -186,7 +187,7 @@ class SockMethods(CoreLoop):
             return sock.recv_into(buf)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_read_later(sock, socket.socket.recv_into, buf)
+        return await self._sock_read_later(sock, "recv_into", buf)
 
     async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, _Address]:
         self._check_sock(sock)
@@ -194,7 +195,7 @@ class SockMethods(CoreLoop):
             return sock.recvfrom(bufsize)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_read_later(sock, socket.socket.recvfrom, bufsize)
+        return await self._sock_read_later(sock, "recvfrom", bufsize)
 
     async def sock_recvfrom_into(
         self, sock: socket.socket, buf: Any, nbytes: int = 0
@@ -206,7 +207,7 @@ class SockMethods(CoreLoop):
             return sock.recvfrom_into(buf, nbytes)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_read_later(sock, socket.socket.recvfrom_into, buf, nbytes)
+        return await self._sock_read_later(sock, "recvfrom_into", buf, nbytes)
 
     # ------------------------------------------------------------------
     # Sending
@@ -248,7 +249,7 @@ class SockMethods(CoreLoop):
             return sock.sendto(data, address)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_write_later(sock, socket.socket.sendto, data, address)
+        return await self._sock_write_later(sock, "sendto", data, address)
 
     # ------------------------------------------------------------------
     # Connecting and accepting

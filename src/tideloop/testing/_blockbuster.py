@@ -12,7 +12,8 @@ made while it is loaded (anyio's and aiohttp's suites make their own).
 Invariant: every entry is a call asyncio makes too, from the frame named
 beside it, on the loop's thread, where tideloop cannot avoid it. The calls
 tideloop can make elsewhere it makes elsewhere: a child starts on a thread of
-its own (``Popen`` reads its exec-error pipe there), and a Unix server's
+its own (``Popen`` reads its exec-error pipe there) unless a SIGCHLD handler
+is installed, and a Unix server's
 stale-socket check and bind run on a helper thread.
 """
 
@@ -25,6 +26,11 @@ ALLOWANCES: Final[dict[str, tuple[tuple[str, frozenset[str]], ...]]] = {
     # The point of sendfile (asyncio: base_events.sendfile and
     # unix_events._sock_sendfile_native_impl).
     "os.sendfile": (("tideloop/_transports/sendfile.py", frozenset({"_step"})),),
+    # A child started while a SIGCHLD handler is installed starts on the
+    # loop's thread, so that it is watched before such a handler can reap it;
+    # Popen then reads its exec-error pipe there (asyncio: base_events
+    # subprocess_exec and subprocess_shell, for every child).
+    "os.read": (("tideloop/_transports/subprocess.py", frozenset({"start_child"})),),
     # Server.close() removes its socket file before returning, so that the
     # path can be bound again at once (asyncio: unix_events._stop_serving).
     "os.stat": (("tideloop/_net/server.py", frozenset({"_stop_serving"})),),
