@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,34 +123,74 @@ def test_past_deadline_gives_zero_timeout(
     loop.remove_reader(50)
 
 
-def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
-    """A poll that may not block is a syscall that could only report the waker."""
-    loop, poller, _ = env
-    assert loop._fds.polled == 0
-    loop.call_soon(loop.stop)
-    loop.run_forever()
-    assert poller.timeouts == []
-    # Any fd of its own (a reader, a writer, the signal pipe) is polled for.
-    add_reader(loop, 50, print)
-    assert loop._fds.polled == 1
-    loop.call_soon(loop.stop)
-    loop.run_forever()
-    assert poller.timeouts == [0.0]
-    add_writer(loop, 50, print)
-    assert loop._fds.polled == 1  # one fd, both directions
-    loop.remove_reader(50)
-    loop.remove_writer(50)
-    assert loop._fds.polled == 0
-    poller.timeouts.clear()
-    loop.call_soon(loop.stop)
-    loop.run_forever()
-    assert poller.timeouts == []
-    # A poll that may block still happens (the loop must sleep somewhere).
-    loop.call_later(5, loop.stop)
-    loop.run_forever()
-    assert poller.timeouts == [5.0]
+_SKIP_CHECK = """
+import threading, _thread
+from fakes import fake_loop
+from test_core_with_fakes import add_reader, add_writer
+assert _thread._count() == 0, threading.enumerate()
+loop, poller, _ = fake_loop()
+BODY
+# Another thread exists: every iteration polls (and so releases the GIL).
+started, release = threading.Event(), threading.Event()
+thread = threading.Thread(target=lambda: (started.set(), release.wait()))
+thread.start()
+started.wait()
+poller.timeouts.clear()
+loop.call_soon(loop.stop)
+loop.run_forever()
+assert poller.timeouts == [0.0], poller.timeouts
+release.set()
+thread.join()
+loop.close()
+print("ok")
+"""
+
+
+BODY_OF_SKIP_CHECK = """\
+assert loop._fds.polled == 0
+loop.call_soon(loop.stop)
+loop.run_forever()
+assert poller.timeouts == []
+# Any fd of its own (a reader, a writer, the signal pipe) is polled for.
+add_reader(loop, 50, print)
+assert loop._fds.polled == 1
+loop.call_soon(loop.stop)
+loop.run_forever()
+assert poller.timeouts == [0.0]
+add_writer(loop, 50, print)
+assert loop._fds.polled == 1  # one fd, both directions
+loop.remove_reader(50)
+loop.remove_writer(50)
+assert loop._fds.polled == 0
+poller.timeouts.clear()
+loop.call_soon(loop.stop)
+loop.run_forever()
+assert poller.timeouts == []
+# A poll that may block still happens (the loop must sleep somewhere).
+loop.call_later(5, loop.stop)
+loop.run_forever()
+assert poller.timeouts == [5.0]
+"""
+
+
+def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered() -> None:
+    """A poll that may not block is a syscall that could only report the waker,
+    skipped while no other thread exists (the syscall releases the GIL: a
+    thread a callback woke runs at once, as on the stdlib loop). In a fresh
+    interpreter: pytest's own threads (xdist's, a timeout's) must not count."""
+    script = _SKIP_CHECK.replace("BODY", BODY_OF_SKIP_CHECK)
+    here = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        cwd=here,
+        env={**os.environ, "PYTHONPATH": here},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
 
 
 def test_failed_registration_is_not_counted(
@@ -348,10 +392,12 @@ def test_call_soon_threadsafe_wakes_once_per_batch(
     assert loop._waker._pending
     loop.call_soon(loop.stop)
     loop.run_forever()
-    # The busy iteration did not poll (only the waker is registered): the
-    # callbacks ran from the ready queue and the waker is still pending, so
-    # no other thread writes it again.
-    assert poller.timeouts == [] and loop._waker._pending
+    # The busy iteration did not poll (only the waker is registered) unless
+    # another thread exists (pytest's own, under xdist): the callbacks ran
+    # from the ready queue and the waker is still pending, so no other
+    # thread writes it again.
+    assert poller.timeouts == ([0.0] if _thread._count() else []) and loop._waker._pending
+    poller.timeouts.clear()
     # The next poll that may block reports it readable, and it is drained.
     poller.scripted.append([(waker_fd, READ)])
     loop.call_later(5, loop.stop)

@@ -66,6 +66,7 @@ import sys
 import threading
 import warnings
 import weakref
+from _thread import _count as _other_threads
 from asyncio.futures import _set_result_unless_cancelled as _sleep_callback  # type: ignore[attr-defined]
 from collections.abc import (
     AsyncGenerator,
@@ -531,7 +532,14 @@ class CoreLoop(asyncio.AbstractEventLoop):
             # show already. libuv skips the poll without fds, too. The
             # waker stays readable and is drained by the next poll that may
             # block, which happens before the loop can sleep.
-            events = self._poll(0.0) if self._io.polled else _NO_EVENTS
+            # But the syscall releases the GIL: a thread a callback just
+            # woke (a worker told to stop, a queue.put) runs at once, as on
+            # the stdlib loop, which polls every iteration; skipped, it
+            # waits for the switch interval (5 ms). So skip it only while
+            # no other thread exists (_thread._count(): 40 ns). anyio's
+            # run() relies on it: its worker thread exits before the loop
+            # it references is closed.
+            events = self._poll(0.0) if self._io.polled or _other_threads() else _NO_EVENTS
         else:
             # A poll that may block is idle time, recorded inside seq windows
             # that read the clock only after opening (see Counters).
