@@ -53,6 +53,7 @@ from ._core.clock import Clock, MonotonicClock
 from ._core.handles import Handle, ReadyQueue
 from ._core.run import CoreLoop, Schedule
 from ._fdio.dns import DnsMethods, Resolver
+from ._fdio.network import Network
 from ._fdio.registry import FdMethods, FdRegistry
 from ._fdio.sock import SockMethods
 from ._net.connect import ConnectMethods
@@ -90,7 +91,10 @@ class Loop(
     *clock* supplies time (see ``tideloop._core.clock``); None means real
     monotonic time. *schedule* (see ``tideloop._core.run.Schedule``; e.g.
     ``tideloop.testing.Perturber``) varies the orderings asyncio leaves open;
-    None means tideloop's fixed order.
+    None means tideloop's fixed order. *network* (see
+    ``tideloop._fdio.network``; e.g. ``tideloop.testing.SimNetwork``)
+    supplies the sockets the loop creates, names and readiness; None means
+    the kernel's.
     """
 
     def __init__(
@@ -99,9 +103,13 @@ class Loop(
         poller: Poller | str | None = None,
         clock: Clock | None = None,
         schedule: Schedule | None = None,
+        network: Network | None = None,
     ) -> None:
         ready: ReadyQueue = collections.deque()
-        fds = FdRegistry(make_poller(poller), ready)
+        kernel_poller = make_poller(poller)
+        fds = FdRegistry(
+            kernel_poller if network is None else network.wrap_poller(kernel_poller), ready
+        )
         try:
             CoreLoop.__init__(
                 self,
@@ -117,13 +125,16 @@ class Loop(
         fds.add_internal_reader(
             self._waker.fileno(), Handle(self._waker.drain, (), self, None), wake_only=True
         )
-        self._resolver = Resolver(self)
+        self._network = network
+        self._resolver = Resolver(self, network)
         self._signals = SignalWatcher(self, fds)
         self._own(self._signals)
         self._listeners = Listeners()
         self._own(self._listeners)
         self._children = ChildWatcher(self, fds)
         self._own(self._children)
+        if network is not None:
+            network.attach(self)
 
 
 def new_event_loop(
@@ -131,9 +142,10 @@ def new_event_loop(
     poller: Poller | str | None = None,
     clock: Clock | None = None,
     schedule: Schedule | None = None,
+    network: Network | None = None,
 ) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    loop = Loop(poller=poller, clock=clock, schedule=schedule)
+    loop = Loop(poller=poller, clock=clock, schedule=schedule, network=network)
     for observe in NEW_LOOP_OBSERVERS:
         observe(loop)
     return loop

@@ -38,6 +38,8 @@ from typing import Any, Final
 from tideloop._core.errors import logger
 from tideloop._core.run import CoreLoop
 
+from .network import Network
+
 AddrInfo = tuple[Any, ...]  # (family, type, proto, canonname, sockaddr)
 
 HAS_IPV6: Final = hasattr(socket, "AF_INET6")
@@ -119,10 +121,11 @@ def _is_numeric_port(port: object) -> bool:
 class Resolver:
     """Resolves addresses for the loop: literal fast path, else getaddrinfo in a thread."""
 
-    __slots__ = ("_loop",)
+    __slots__ = ("_loop", "_network")
 
-    def __init__(self, loop: CoreLoop) -> None:
+    def __init__(self, loop: CoreLoop, network: Network | None = None) -> None:
         self._loop = loop
+        self._network = network
 
     def _getaddrinfo_debug(  # noqa: PLR0917 (socket.getaddrinfo's order, for the executor)
         self, host: Any, port: Any, family: int, type: int, proto: int, flags: int
@@ -160,6 +163,10 @@ class Resolver:
         flags: int,
     ) -> list[AddrInfo]:
         loop = self._loop
+        if self._network is not None:
+            answer = self._network.getaddrinfo(host, port, family, type, proto, flags)
+            if answer is not None:
+                return answer
         if loop._debug:
             return await loop.run_in_executor(
                 None, self._getaddrinfo_debug, host, port, family, type, proto, flags

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from tideloop._core.errors import logger
 from tideloop._fdio.dns import AddrInfo, Resolver
+from tideloop._fdio.network import Network, new_socket
 from tideloop._fdio.sock import check_ssl_socket
 from tideloop._transports.factory import TransportMethods
 
@@ -79,6 +80,7 @@ class ConnectMethods(TransportMethods):
     """``create_connection``, ``create_unix_connection``, ``connect_accepted_socket``."""
 
     _resolver: Resolver
+    _network: Network | None
 
     # ------------------------------------------------------------------
     # create_connection
@@ -227,7 +229,7 @@ class ConnectMethods(TransportMethods):
         family, type_, proto, _, address = addr_info
         sock = None
         try:
-            sock = socket.socket(family=family, type=type_, proto=proto)
+            sock = new_socket(self._network, family, type_, proto, address)
             sock.setblocking(False)
             if local_addr_infos is not None:
                 for lfamily, _, _, _, laddr in local_addr_infos:

@@ -68,6 +68,7 @@ from typing import Any, Final
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
 from tideloop._fdio.dns import HAS_IPV6, AddrInfo, Resolver
+from tideloop._fdio.network import Network, new_socket
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import check_ssl_socket
 from tideloop._transports.base import TRANSPORT_CONTEXT
@@ -311,6 +312,7 @@ class ServerMethods(TransportMethods):
     _fds: FdRegistry
     _resolver: Resolver
     _listeners: Listeners
+    _network: Network | None
 
     # ------------------------------------------------------------------
     # Accepting
@@ -613,7 +615,7 @@ class ServerMethods(TransportMethods):
         try:
             for af, socktype, proto, _canonname, sa in infos:
                 try:
-                    sock = socket.socket(af, socktype, proto)
+                    sock = new_socket(self._network, af, socktype, proto)
                 except OSError:
                     # Assume a family/type/protocol combination we lack.
                     if self._debug:

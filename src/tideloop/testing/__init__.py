@@ -13,10 +13,16 @@ Layer: top. Everything here is built from constructor arguments of
 
     loop = testing.new_event_loop(virtual_time=True, seed=7)   # both
 
+    # Several hosts on a simulated network (virtual time implied):
+    net = testing.SimNetwork(seed=3)
+    testing.run(main(net), network=net)
+
 - `VirtualClock` (``_clock``): time that moves by `VirtualClock.advance` or
   jumps to the next timer when the loop is idle (autojump).
 - `Perturber` (``_schedule``): varies the orderings asyncio leaves open; its
   module docstring is the exact model.
+- `SimNetwork` (``_network``): hosts, simulated TCP, latency and faults;
+  its module docstring is the exact model.
 - The pytest plugin (``tideloop.testing.pytest_plugin``, registered as a
   ``pytest11`` entry point) is inactive unless ``--tideloop...`` options,
   the ``tideloop`` marker or the ``tideloop_clock`` fixture are used.
@@ -35,10 +41,13 @@ from tideloop._pollers import Poller
 
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
+from ._network import SimNetwork, SimSocket
 from ._schedule import Perturber
 
 __all__ = [
     "Perturber",
+    "SimNetwork",
+    "SimSocket",
     "VirtualClock",
     "allow_tideloop",
     "current_clock",
@@ -51,17 +60,22 @@ _T = TypeVar("_T")
 
 def new_event_loop(
     *,
-    virtual_time: bool | VirtualClock = False,
+    virtual_time: bool | VirtualClock | None = None,
     seed: int | None = None,
     poller: Poller | str | None = None,
     autojump_threshold: float = 0.0,
+    network: SimNetwork | None = None,
 ) -> Loop:
     """A tideloop loop for tests (usable as asyncio's ``loop_factory``).
 
     *virtual_time*: True for a new `VirtualClock` (with *autojump_threshold*),
-    or the `VirtualClock` to use. *seed*: an int to perturb the schedule with
+    or the `VirtualClock` to use; None (the default) means True with a
+    *network* and False without. *seed*: an int to perturb the schedule with
     a `Perturber` of that seed; None keeps tideloop's fixed order.
+    *network*: a `SimNetwork` for the loop's TCP sockets and names.
     """
+    if virtual_time is None:
+        virtual_time = network is not None
     clock: VirtualClock | None
     if isinstance(virtual_time, VirtualClock):
         clock = virtual_time
@@ -70,16 +84,17 @@ def new_event_loop(
     else:
         clock = None
     schedule = None if seed is None else Perturber(seed)
-    return Loop(poller=poller, clock=clock, schedule=schedule)
+    return Loop(poller=poller, clock=clock, schedule=schedule, network=network)
 
 
 def run(
     main: Coroutine[Any, Any, _T],
     *,
-    virtual_time: bool | VirtualClock = False,
+    virtual_time: bool | VirtualClock | None = None,
     seed: int | None = None,
     debug: bool | None = None,
     autojump_threshold: float = 0.0,
+    network: SimNetwork | None = None,
 ) -> _T:
     """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
 
@@ -93,6 +108,7 @@ def run(
         virtual_time=virtual_time,
         seed=seed,
         autojump_threshold=autojump_threshold,
+        network=network,
     )
     try:
         with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
