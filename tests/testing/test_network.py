@@ -281,6 +281,29 @@ def test_reset_reaches_both_ends() -> None:
     ]
 
 
+def test_a_reset_is_reported_once_then_the_socket_reads_eof() -> None:
+    """Through the loop's sock_* methods on a socket the network made: the send
+    that meets the reset raises it, a later recv reads EOF (Linux's order)."""
+
+    async def main(net: SimNetwork) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        server = net.spawn("db", serve(80))
+        await asyncio.sleep(0)
+        sock = net.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+        with sock:
+            await loop.sock_connect(sock, (net.address("db"), 80))
+            await loop.sock_sendall(sock, b"a\n")
+            first = await loop.sock_recv(sock, 100)
+            net.reset("client", "db")
+            with pytest.raises(ConnectionResetError):
+                await loop.sock_sendall(sock, b"b\n")
+            after = await asyncio.wait_for(loop.sock_recv(sock, 100), 1)
+        await stop(server)
+        return [first, after]
+
+    assert sim_run(SimNetwork(), main) == [b"echo a\n", b""]
+
+
 def test_crash_and_restart_a_host() -> None:
     async def main(net: SimNetwork) -> list[Any]:
         events: list[Any] = []

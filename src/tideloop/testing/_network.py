@@ -131,11 +131,13 @@ class _Endpoint:
         "state",
     )
 
-    def __init__(self, host: _Host, fd: int) -> None:
+    def __init__(self, host: _Host) -> None:
         self.host = host
         self.generation = host.generation
-        self.fd = fd
-        self.state = "new"  # new, listening, connecting, connected, dead
+        self.fd = -1  # its SimSocket's, once it has one
+        # new, listening, connecting, connected, closed-by-error (a reset was
+        # reported), closed, dead (its host crashed)
+        self.state = "new"
         self.local: Address | None = None
         self.remote: Address | None = None
         self.peer: _Endpoint | None = None
@@ -177,13 +179,25 @@ class SimSocket(socket.socket):
     every method that would move data or change state is the simulation's.
     """
 
-    def __init__(self, net: SimNetwork, host: _Host, family: int, type: int, proto: int) -> None:
+    def __init__(  # noqa: PLR0917 (socket.socket's three, plus the simulation's)
+        self,
+        net: SimNetwork,
+        host: _Host,
+        family: int,
+        type: int,
+        proto: int,
+        endpoint: _Endpoint | None = None,
+    ) -> None:
+        """A new socket on *host*, or (``accept``) the socket of an accepted *endpoint*."""
         super().__init__(family, type, proto)
         super().setblocking(False)
         self._net = net
-        self._ep = _Endpoint(host, super().fileno())
+        if endpoint is None:
+            endpoint = _Endpoint(host)
+        endpoint.fd = super().fileno()
+        self._ep = endpoint
         self._options: dict[tuple[int, int], int] = {}
-        net._by_fd[self._ep.fd] = self._ep
+        net._by_fd[endpoint.fd] = endpoint
 
     # -- state ---------------------------------------------------------
 
@@ -237,15 +251,8 @@ class SimSocket(socket.socket):
         if not ep.backlog:
             raise _error(errno.EAGAIN, BlockingIOError)
         child = ep.backlog.popleft()
-        sock = SimSocket.__new__(SimSocket)
-        socket.socket.__init__(sock, self.family, self.type, self.proto)
-        socket.socket.setblocking(sock, False)
-        sock._net = self._net
-        sock._options = {}
-        child.fd = socket.socket.fileno(sock)
-        sock._ep = child
-        self._net._by_fd[child.fd] = child
         assert child.remote is not None
+        sock = SimSocket(self._net, child.host, self.family, self.type, self.proto, child)
         return sock, child.remote
 
     # -- data ------------------------------------------------------------
@@ -521,7 +528,7 @@ class SimNetwork:
             if (src.name, dst.name) in self._cut:
                 self._held.append((src, dst, segment))
             else:
-                self._deliver(src, dst, segment, retransmit=True)
+                self._deliver(src, dst, segment)
 
     def reset(self, a: str, b: str) -> None:
         """Reset every connection between hosts *a* and *b*: both ends read ECONNRESET."""
@@ -639,14 +646,19 @@ class SimNetwork:
         if ep.state == "dead":
             raise _error(errno.ECONNRESET, ConnectionResetError)
         if ep.error:
-            err, ep.error = ep.error, 0
-            ep.eof = True
-            ep.state = "closed-by-error"
-            raise _error(err, ConnectionResetError if err == errno.ECONNRESET else OSError)
+            self._raise_pending_error(ep)
         if ep.state not in ("connected", "closed-by-error"):
             raise _error(errno.ENOTCONN)
         if not ep.inbox and not ep.eof:
             raise _error(errno.EAGAIN, BlockingIOError)
+
+    def _raise_pending_error(self, ep: _Endpoint) -> None:
+        """Report a reset once, from whichever of recv/send comes first, as Linux
+        does; after it the socket reads EOF and writes EPIPE."""
+        err, ep.error = ep.error, 0
+        ep.eof = True
+        ep.state = "closed-by-error"
+        raise _error(err, ConnectionResetError if err == errno.ECONNRESET else OSError)
 
     def _consume(self, ep: _Endpoint, n: int) -> None:
         if n == 0:
@@ -660,9 +672,7 @@ class SimNetwork:
         if ep.state == "dead":
             return len(view)  # a crashed host's socket: its bytes go nowhere
         if ep.error:
-            err, ep.error = ep.error, 0
-            ep.state = "closed-by-error"
-            raise _error(err, ConnectionResetError if err == errno.ECONNRESET else OSError)
+            self._raise_pending_error(ep)
         if ep.state == "closed-by-error" or ep.shut_wr:
             raise _error(errno.EPIPE, BrokenPipeError)
         if ep.state != "connected" or ep.peer is None:
@@ -721,9 +731,7 @@ class SimNetwork:
         low, high = self._latency.get((src.name, dst.name), self._default_latency)
         return low if low == high else self._rng.uniform(low, high)
 
-    def _deliver(
-        self, src: _Host, dst: _Host, segment: Any, *, retransmit: bool = False, force: bool = False
-    ) -> None:
+    def _deliver(self, src: _Host, dst: _Host, segment: Any, *, force: bool = False) -> None:
         loop = self._running_loop()
         if not force and (src.name, dst.name) in self._cut:
             self._held.append((src, dst, segment))
@@ -783,7 +791,7 @@ class SimNetwork:
             return  # a crashed host does not answer: the connect waits
         if len(listener.backlog) >= listener.backlog_max or client.state != "connecting":
             return  # dropped, as a full backlog drops a SYN
-        server = _Endpoint(dst, -1)
+        server = _Endpoint(dst)
         server.state = "connected"
         assert listener.local is not None and client.local is not None
         server.local = (dst.address, port)
