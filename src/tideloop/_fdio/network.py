@@ -12,7 +12,13 @@ kernel's, with no code of this module on any path. A test passes
 - for names (`Network.getaddrinfo`), before the real resolver;
 - for readiness: it wraps the poller (`Network.wrap_poller`), so that
   simulated sockets are reported ready from the simulation's state and
-  real fds from the kernel's, in one poll.
+  real fds from the kernel's, in one poll;
+- about sockets the program made itself and hands to the loop
+  (`Network.adopt`, from ``sock_*``, ``create_connection(sock=)``,
+  ``create_server(sock=)``...): the network may make them its own.
+
+A simulated socket says so (`simulated`): the loop then makes no call
+that needs a kernel socket under it (``os.sendfile``, Unix path checks).
 
 Invariant: the loop calls `Network.attach` once, after its own
 construction, and before any other method here.
@@ -27,6 +33,8 @@ from typing import Any, Protocol
 from tideloop._pollers import Poller
 
 AddrInfo = tuple[Any, ...]
+#: Network has a method named socket: annotations there say this.
+_Socket = socket.socket
 
 
 class Network(Protocol):
@@ -38,6 +46,10 @@ class Network(Protocol):
 
     def socket(self, family: int, type: int, proto: int, remote: Any = None) -> socket.socket:
         """A socket for the loop to connect to *remote* (None: to bind and serve)."""
+        ...
+
+    def adopt(self, sock: _Socket, remote: Any = None) -> None:
+        """A socket the program made, handed to the loop (to reach *remote*)."""
         ...
 
     def getaddrinfo(  # noqa: PLR0917 (socket.getaddrinfo's order)
@@ -54,3 +66,8 @@ def new_socket(
     if network is None:
         return socket.socket(family, type, proto)
     return network.socket(family, type, proto, remote)
+
+
+def simulated(sock: socket.socket) -> bool:
+    """Whether *sock* is a network's simulation rather than a kernel socket."""
+    return getattr(sock, "_tideloop_simulated", False) is True

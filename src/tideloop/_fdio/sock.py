@@ -50,6 +50,7 @@ from tideloop._core.handles import Handle
 from tideloop._core.run import CoreLoop
 
 from .dns import HAS_IPV6, Resolver
+from .network import Network
 from .registry import FdRegistry, fd_of
 
 _R = TypeVar("_R")
@@ -98,6 +99,7 @@ class SockMethods(CoreLoop):
 
     _fds: FdRegistry
     _resolver: Resolver
+    _network: Network | None
 
     # ------------------------------------------------------------------
     # Shared helpers
@@ -106,6 +108,8 @@ class SockMethods(CoreLoop):
         check_ssl_socket(sock)
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
+        if self._network is not None:
+            self._network.adopt(sock)
 
     def _sock_read_done(self, fd: int, handle: asyncio.Handle, fut: asyncio.Future[Any]) -> None:
         self._fds.remove_reader_if(fd, handle)
@@ -245,6 +249,8 @@ class SockMethods(CoreLoop):
 
     async def sock_sendto(self, sock: socket.socket, data: Any, address: _Address) -> int:
         self._check_sock(sock)
+        if self._network is not None:
+            self._network.adopt(sock, address)
         try:
             return sock.sendto(data, address)
         except (BlockingIOError, InterruptedError):
@@ -261,6 +267,8 @@ class SockMethods(CoreLoop):
                 address, family=sock.family, type=sock.type, proto=sock.proto
             )
             address = resolved[0][4]
+        if self._network is not None:
+            self._network.adopt(sock, address)
         fut: asyncio.Future[None] | None = self.create_future()
         assert fut is not None
         self._sock_connect(fut, sock, address)

@@ -143,6 +143,8 @@ class ConnectMethods(TransportMethods):
             if sock.type != socket.SOCK_STREAM:
                 # AF_UNIX stream sockets are accepted too, as asyncio does.
                 raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+            if self._network is not None:
+                self._network.adopt(sock)
 
         transport, protocol = await self._create_connection_transport(
             sock,
@@ -338,7 +340,7 @@ class ConnectMethods(TransportMethods):
             if sock is not None:
                 raise ValueError("path and sock can not be specified at the same time")
             path = os.fspath(path)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)
+            sock = new_socket(self._network, socket.AF_UNIX, socket.SOCK_STREAM, 0, path)
             try:
                 sock.setblocking(False)
                 await self.sock_connect(sock, path)
@@ -350,6 +352,8 @@ class ConnectMethods(TransportMethods):
                 raise ValueError("no path and sock were specified")
             if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
                 raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+            if self._network is not None:
+                self._network.adopt(sock)
             sock.setblocking(False)
 
         return await self._create_connection_transport(
@@ -377,6 +381,8 @@ class ConnectMethods(TransportMethods):
         if ssl_shutdown_timeout is not None and not ssl:
             raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
         check_ssl_socket(sock)
+        if self._network is not None:
+            self._network.adopt(sock)
         transport, protocol = await self._create_connection_transport(
             sock,
             protocol_factory,

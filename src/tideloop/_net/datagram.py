@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from tideloop._core.errors import logger
 from tideloop._fdio.dns import Resolver
+from tideloop._fdio.network import Network, new_socket
 from tideloop._transports.factory import TransportMethods
 
 from .server import _set_reuseport, remove_stale_unix_socket
@@ -59,6 +60,7 @@ class DatagramMethods(TransportMethods):
     """``create_datagram_endpoint``."""
 
     _resolver: Resolver
+    _network: Network | None
 
     async def create_datagram_endpoint(  # type: ignore[override]
         self,
@@ -104,6 +106,8 @@ class DatagramMethods(TransportMethods):
                     f"socket modifier keyword arguments can not be used "
                     f"when sock is specified. ({problems})"
                 )
+            if self._network is not None:
+                self._network.adopt(sock)
             sock.setblocking(False)
         else:
             sock, r_addr = await self._open_datagram_socket(
@@ -188,7 +192,7 @@ class DatagramMethods(TransportMethods):
         for (fam, pro), (local_address, remote_address) in pairs:
             sock = None
             try:
-                sock = socket.socket(family=fam, type=socket.SOCK_DGRAM, proto=pro)
+                sock = new_socket(self._network, fam, socket.SOCK_DGRAM, pro, remote_address)
                 if reuse_port:
                     _set_reuseport(sock)
                 if allow_broadcast:

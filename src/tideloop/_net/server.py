@@ -68,7 +68,7 @@ from typing import Any, Final
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
 from tideloop._fdio.dns import HAS_IPV6, AddrInfo, Resolver
-from tideloop._fdio.network import Network, new_socket
+from tideloop._fdio.network import Network, new_socket, simulated
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import check_ssl_socket
 from tideloop._transports.base import TRANSPORT_CONTEXT
@@ -567,6 +567,8 @@ class ServerMethods(TransportMethods):
                 raise ValueError("Neither host/port nor sock were specified")
             if sock.type != socket.SOCK_STREAM:
                 raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+            if self._network is not None:
+                self._network.adopt(sock)
             sockets = [sock]
 
         for s in sockets:
@@ -697,10 +699,14 @@ class ServerMethods(TransportMethods):
             if sock is not None:
                 raise ValueError("path and sock can not be specified at the same time")
             path = os.fspath(path)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = new_socket(self._network, socket.AF_UNIX, socket.SOCK_STREAM, 0)
             try:
-                # Filesystem calls: on a thread, not the loop's.
-                inode = await self._in_thread(bind_unix_path, sock, path, cleanup_socket)
+                if simulated(sock):
+                    sock.bind(path)  # the simulated host's namespace, not the file system
+                    inode = None
+                else:
+                    # Filesystem calls: on a thread, not the loop's.
+                    inode = await self._in_thread(bind_unix_path, sock, path, cleanup_socket)
             except OSError as exc:
                 sock.close()
                 if exc.errno == errno.EADDRINUSE:
@@ -714,8 +720,10 @@ class ServerMethods(TransportMethods):
                 raise ValueError("path was not specified, and no sock specified")
             if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
                 raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+            if self._network is not None:
+                self._network.adopt(sock)
             inode = None
-            if cleanup_socket:
+            if cleanup_socket and not simulated(sock):
                 inode = await self._in_thread(bind_unix_path, sock, None, True)
         if inode is not None:
             self._listeners.unix_inodes[sock] = inode

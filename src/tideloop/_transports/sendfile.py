@@ -57,6 +57,7 @@ from typing import Any, Final
 
 from tideloop._core.handles import Handle
 from tideloop._core.run import CoreLoop
+from tideloop._fdio.network import simulated
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import check_ssl_socket
 
@@ -326,6 +327,8 @@ class SendfileMethods(CoreLoop):
     async def _sock_sendfile_native(
         self, sock: socket.socket, file: Any, offset: int, count: int | None
     ) -> int:
+        if simulated(sock):
+            raise asyncio.SendfileNotAvailableError("the socket is simulated")
         fileno, blocksize = prepare_native(file, count)
         if not blocksize:
             return 0  # empty file
@@ -394,7 +397,7 @@ class SendfileMethods(CoreLoop):
         return await self._sendfile_fallback(transport, file, offset, count)
 
     async def _sendfile_native(self, transp: Any, file: Any, offset: int, count: int | None) -> int:
-        if not isinstance(transp, SocketTransport):
+        if not isinstance(transp, SocketTransport) or simulated(transp._sock):
             raise asyncio.SendfileNotAvailableError("sendfile syscall is not supported")
         resume_reading = transp.is_reading()
         transp.pause_reading()

@@ -1,12 +1,14 @@
-"""SimNetwork: hosts, TCP and faults, simulated inside one loop, from a seed.
+"""SimNetwork: hosts, TCP, UDP, Unix sockets and faults, simulated inside one loop, from a seed.
 
 Layer: testing. `SimNetwork` is a ``tideloop._fdio.network.Network``: the loop
 (``tideloop.testing.new_event_loop(network=net)``) asks it for every socket
-it creates to connect or to serve, for names, and for readiness. It answers
-with `SimSocket`, a ``socket.socket`` subclass whose ``connect``, ``accept``,
-``send``, ``recv_into``, ``shutdown``... move bytes through the simulation
-instead of the kernel, so everything above the socket (transports, flow
-control, streams, servers, TLS, ``sock_*``) is the production code.
+it creates to connect or to serve, for names, and for readiness, and hands
+it the sockets a program made itself (`SimNetwork.adopt`). It answers with
+`SimSocket`, a ``socket.socket`` subclass whose ``connect``, ``accept``,
+``send``, ``recv_into``, ``sendto``, ``shutdown``... move bytes through the
+simulation instead of the kernel, so everything above the socket
+(transports, flow control, streams, servers, TLS, ``sock_*``, sendfile's
+fallback) is the production code.
 
 The model (what a program can observe):
 
@@ -20,34 +22,62 @@ The model (what a program can observe):
   socket answers (the connection is in its backlog, the connecting socket
   becomes writable one latency later), or the host answers with a reset
   (``ConnectionRefusedError``). Bytes sent arrive after the link's latency,
-  in order, in the pieces they were sent in. A connection carries at most
-  `WINDOW` bytes sent and not yet read by the peer: beyond that ``send``
-  raises ``BlockingIOError``, so a reader that stops reading pauses its
-  writer, as over a real socket. ``shutdown(SHUT_WR)`` and ``close`` send a
-  FIN (the peer reads EOF after the data); ``close`` with unread data sends
-  a reset instead, as Linux does; data for a closed socket is answered with
-  a reset.
-- **Faults.** `partition` holds every segment between two hosts (one way or
-  both) until `heal`: TCP retransmits, so nothing is lost, it comes late; a
-  SYN held long enough times the ``connect`` out in the program's own
-  ``wait_for``. `reset` resets every connection between two hosts (both
-  ends read ``ConnectionResetError``). `crash` stops a host: its tasks are
-  cancelled, its sockets go silent, its peers get resets, its listeners
-  vanish; `restart` brings it back (same address) running a new task.
-- **Latency** per message is drawn from the link's range (`set_latency`,
-  default `DEFAULT_LATENCY`) with the network's seeded generator: the same
-  seed gives the same delivery times, so (with virtual time, which
-  `new_event_loop` turns on with a network) the same run.
-- **Not simulated yet**: UDP, Unix sockets, IPv6 and sockets the program
-  creates itself stay the kernel's. Addresses no host has are refused
+  in order, in the pieces they were sent in (or in smaller ones: the link's
+  *split*). A connection carries at most `WINDOW` bytes sent and not yet
+  read by the peer: beyond that ``send`` raises ``BlockingIOError``, so a
+  reader that stops reading pauses its writer, as over a real socket.
+  ``shutdown(SHUT_WR)`` and ``close`` send a FIN (the peer reads EOF after
+  the data); ``close`` with unread data sends a reset instead, as Linux
+  does; data for a closed socket is answered with a reset.
+- **UDP.** A datagram arrives whole (truncated to the reader's buffer, as
+  ``recvfrom`` does), after its own latency, so datagrams reorder whenever
+  latencies overlap; a link may lose or duplicate them (*loss*,
+  *duplicate*); a partition drops them. A datagram to a port nobody bound
+  is answered by "port unreachable": a connected socket then reads
+  ``ConnectionRefusedError`` once, as on Linux. At most `UDP_BUFFER` bytes
+  wait in a socket; more are dropped.
+- **Unix sockets** (``AF_UNIX``, ``SOCK_STREAM``) live in their host's own
+  namespace of paths (nothing touches the real file system): ``bind``
+  takes a path until the socket closes, ``connect`` completes at once
+  (``FileNotFoundError`` for no such path, ``ConnectionRefusedError`` for a
+  path nobody listens on), and bytes move as over TCP.
+- **Faults.** `partition` holds every TCP segment between two hosts (one
+  way or both) until `heal`: TCP retransmits, so nothing is lost, it comes
+  late; a SYN held long enough times the ``connect`` out in the program's
+  own ``wait_for``; UDP datagrams are dropped. `reset` resets every
+  connection between two hosts (both ends read ``ConnectionResetError``).
+  `crash` stops a host: its tasks are cancelled, its sockets go silent,
+  its peers get resets, its listeners vanish; `restart` brings it back
+  (same address) running a new task. `set_link` gives a pair of hosts a
+  latency range, a bandwidth (bytes a second: messages queue behind each
+  other), UDP loss and duplication, and *split* (the probability that a
+  TCP send arrives in several pieces).
+- **The seed decides.** Every latency, loss, duplication and split is drawn
+  from the network's generator, seeded with *seed*: with virtual time
+  (which `new_event_loop` turns on with a network) the same seed gives the
+  same run, event for event (`log`).
+- **Sockets a program made** with ``socket.socket()`` and handed to the
+  loop (``sock_connect``, ``sock_accept``, ``create_connection(sock=)``,
+  ``create_server(sock=)``...) become simulated there: the loop calls
+  `adopt`, which turns the object into a `SimSocket` in place (its class
+  changes; it keeps its fd as the placeholder). Sockets already connected
+  for real (a ``socketpair``), of a ``socket.socket`` subclass, or of
+  another family (IPv6, Unix datagram) stay the kernel's.
+- **Not simulated**: IPv6; names and addresses no host has are refused
   (``real="refuse"``: ``gaierror`` for names, ``ENETUNREACH`` for
   addresses) or left to the real network (``real="allow"``).
 
 Invariants:
-- Every `_Endpoint` is in ``_by_fd`` from creation until its socket closes;
-  the poller wrapper reports readiness only for fds found there.
-- Segments of one direction of one connection arrive in the order sent:
-  an arrival is never scheduled before the previous one (``last_arrival``).
+- Every live simulated socket's `_Endpoint` is in ``_ENDPOINTS`` (by fd)
+  and its network's ``_by_fd`` from creation until the socket closes; the
+  poller wrapper reports readiness only for fds found there.
+- Readiness is recomputed only for fds in ``_candidates``: every change to
+  an endpoint's state that can make it ready calls `_touch`, and an fd
+  that is ready stays a candidate (level-triggered), so a poll costs the
+  sockets that changed, not every socket.
+- Segments of one direction of one stream connection arrive in the order
+  sent: an arrival is never scheduled before the previous one
+  (``last_arrival``).
 - ``outstanding`` (bytes sent, not yet read by the peer) never exceeds
   `WINDOW`.
 """
@@ -63,6 +93,7 @@ import os
 import random
 import socket
 import weakref
+import zlib
 from collections.abc import Coroutine
 from typing import Any, Final, Literal
 
@@ -70,9 +101,14 @@ from tideloop._pollers import READ, WRITE, Poller
 
 #: Bytes one connection carries sent but not yet read by the peer.
 WINDOW: Final = 256 * 1024
+#: Bytes of datagrams that wait in one UDP socket; more are dropped.
+UDP_BUFFER: Final = 208 * 1024
+#: The largest UDP payload over IPv4.
+_UDP_MAX: Final = 65507
 #: Seconds a message takes, drawn uniformly from this range per message.
 DEFAULT_LATENCY: Final = (0.0005, 0.002)
 _FIRST_EPHEMERAL: Final = 49152
+_LAST_PORT: Final = 65535
 
 #: Task.get_context() is new in Python 3.12.
 _TASKS_SHOW_CONTEXT: Final = hasattr(asyncio.Task, "get_context")
@@ -80,68 +116,127 @@ _TASKS_SHOW_CONTEXT: Final = hasattr(asyncio.Task, "get_context")
 _HOST: contextvars.ContextVar[_Host] = contextvars.ContextVar("tideloop_sim_host")
 
 Address = tuple[str, int]
+#: SimNetwork has a method named socket: annotations there say this.
+_Socket = socket.socket
+Kind = Literal["tcp", "udp", "unix"]
 
 
 def _error(code: int, exc_type: type[OSError] = OSError) -> OSError:
     return exc_type(code, os.strerror(code))
 
 
+def _kind(family: int, type: int) -> Kind | None:
+    """What the simulation makes of a socket of *family* and *type* (None: stays real)."""
+    type &= ~(getattr(socket, "SOCK_NONBLOCK", 0) | getattr(socket, "SOCK_CLOEXEC", 0))
+    if family == socket.AF_INET:
+        if type == socket.SOCK_STREAM:
+            return "tcp"
+        if type == socket.SOCK_DGRAM:
+            return "udp"
+    elif family == getattr(socket, "AF_UNIX", None) and type == socket.SOCK_STREAM:
+        return "unix"
+    return None
+
+
 class _Host:
-    __slots__ = ("address", "generation", "listeners", "name", "next_port", "up")
+    __slots__ = ("address", "generation", "listeners", "name", "next_port", "paths", "ports", "up")
 
     def __init__(self, name: str, address: str) -> None:
         self.name = name
         self.address = address
+        #: TCP port -> the listening endpoint.
         self.listeners: dict[int, _Endpoint] = {}
-        self.next_port = _FIRST_EPHEMERAL
+        #: (tcp|udp, port) -> the endpoint bound to it.
+        self.ports: dict[tuple[str, int], _Endpoint] = {}
+        #: Unix path -> the endpoint bound to it.
+        self.paths: dict[str | bytes, _Endpoint] = {}
+        self.next_port = {"tcp": _FIRST_EPHEMERAL, "udp": _FIRST_EPHEMERAL}
         self.generation = 0
         self.up = True
 
-    def free_port(self, taken: set[int]) -> int:
-        while self.next_port in taken or self.next_port in self.listeners:
-            self.next_port += 1
-        port = self.next_port
-        self.next_port += 1
+    def free_port(self, kind: str) -> int:
+        start = port = self.next_port[kind]
+        while (kind, port) in self.ports:
+            port = port + 1 if port < _LAST_PORT else _FIRST_EPHEMERAL
+            if port == start:
+                raise _error(errno.EADDRNOTAVAIL)
+        self.next_port[kind] = port + 1 if port < _LAST_PORT else _FIRST_EPHEMERAL
         return port
+
+    def wipe(self) -> None:
+        """The host crashed: nothing of it is bound any more."""
+        self.listeners.clear()
+        self.ports.clear()
+        self.paths.clear()
 
     def __repr__(self) -> str:
         return f"<host {self.name} {self.address}>"
 
 
+class _Link:
+    """What messages from one host to another go through (one direction)."""
+
+    __slots__ = ("bandwidth", "busy_until", "duplicate", "latency", "loss", "split")
+
+    def __init__(self, template: _Link | None = None) -> None:
+        self.latency: tuple[float, float] = DEFAULT_LATENCY
+        self.loss = 0.0
+        self.duplicate = 0.0
+        self.split = 0.0
+        self.bandwidth: float | None = None
+        if template is not None:
+            self.latency = template.latency
+            self.loss = template.loss
+            self.duplicate = template.duplicate
+            self.split = template.split
+            self.bandwidth = template.bandwidth
+        self.busy_until = 0.0
+
+
 class _Endpoint:
-    """One simulated TCP socket's state."""
+    """One simulated socket's state (its `SimSocket` holds no state of its own)."""
 
     __slots__ = (
         "backlog",
         "backlog_max",
         "closed",
         "connect_error",
+        "datagrams",
         "eof",
         "error",
         "fd",
         "generation",
         "host",
         "inbox",
+        "kind",
         "last_arrival",
         "local",
+        "net",
+        "options",
         "outstanding",
         "peer",
+        "queued",
+        "ref",
         "remote",
         "shut_wr",
         "state",
     )
 
-    def __init__(self, host: _Host) -> None:
+    def __init__(self, net: SimNetwork, host: _Host, kind: Kind) -> None:
+        self.net = net
         self.host = host
+        self.kind = kind
         self.generation = host.generation
         self.fd = -1  # its SimSocket's, once it has one
         # new, listening, connecting, connected, closed-by-error (a reset was
         # reported), closed, dead (its host crashed)
         self.state = "new"
-        self.local: Address | None = None
-        self.remote: Address | None = None
+        self.local: Any = None  # (address, port), or a Unix path
+        self.remote: Any = None
         self.peer: _Endpoint | None = None
         self.inbox = bytearray()
+        self.datagrams: collections.deque[tuple[bytes, Address]] = collections.deque()
+        self.queued = 0  # bytes in datagrams
         self.eof = False
         self.error = 0  # reported by the next recv/send (then EOF / EPIPE)
         self.connect_error = 0  # SO_ERROR after a non-blocking connect
@@ -151,12 +246,16 @@ class _Endpoint:
         self.backlog: collections.deque[_Endpoint] = collections.deque()
         self.backlog_max = 0
         self.last_arrival = 0.0
+        self.options: dict[tuple[int, int], int] = {}
+        self.ref: weakref.ref[socket.socket] | None = None
 
     @property
     def alive(self) -> bool:
         return self.host.up and self.generation == self.host.generation
 
     def readable(self) -> bool:
+        if self.kind == "udp":
+            return bool(self.datagrams) or self.error != 0
         if self.state == "listening":
             return bool(self.backlog)
         if self.state == "connecting":
@@ -164,11 +263,17 @@ class _Endpoint:
         return bool(self.inbox) or self.eof or self.error != 0
 
     def writable(self) -> bool:
+        if self.kind == "udp":
+            return True
         if self.state == "connecting":
             return self.connect_error != 0
         if self.state != "connected":
             return self.state in ("dead", "closed-by-error") or self.error != 0
         return self.error != 0 or self.shut_wr or self.outstanding < WINDOW
+
+
+#: Every live simulated socket of the process, by fd (its placeholder's).
+_ENDPOINTS: dict[int, _Endpoint] = {}
 
 
 class SimSocket(socket.socket):
@@ -177,7 +282,14 @@ class SimSocket(socket.socket):
     It holds a real, never-connected socket of its family and type, so that
     its fd number is unique in the process and ``family``/``type`` are right;
     every method that would move data or change state is the simulation's.
+    It adds no slots to ``socket.socket`` (its state is its `_Endpoint`,
+    found by fd), so that `SimNetwork.adopt` can turn a program's own
+    ``socket.socket`` into one.
     """
+
+    __slots__ = ()
+    #: Read by the loop (``tideloop._fdio.network.simulated``): no os.sendfile here.
+    _tideloop_simulated: Final = True
 
     def __init__(  # noqa: PLR0917 (socket.socket's three, plus the simulation's)
         self,
@@ -191,36 +303,46 @@ class SimSocket(socket.socket):
         """A new socket on *host*, or (``accept``) the socket of an accepted *endpoint*."""
         super().__init__(family, type, proto)
         super().setblocking(False)
-        self._net = net
-        if endpoint is None:
-            endpoint = _Endpoint(host)
-        endpoint.fd = super().fileno()
-        self._ep = endpoint
-        self._options: dict[tuple[int, int], int] = {}
-        net._by_fd[endpoint.fd] = endpoint
+        kind = _kind(family, type)
+        assert kind is not None
+        net._register(self, endpoint if endpoint is not None else _Endpoint(net, host, kind))
+
+    @property
+    def _ep(self) -> _Endpoint:
+        ep = _ENDPOINTS.get(socket.socket.fileno(self))
+        if ep is None:
+            raise _error(errno.EBADF)
+        return ep
 
     # -- state ---------------------------------------------------------
 
-    def getsockname(self) -> Address:
+    def getsockname(self) -> Any:
         ep = self._ep
-        return ep.local if ep.local is not None else ("0.0.0.0", 0)
+        if ep.local is not None:
+            return ep.local
+        return "" if ep.kind == "unix" else ("0.0.0.0", 0)
 
-    def getpeername(self) -> Address:
-        if self._ep.remote is None or self._ep.state != "connected":
+    def getpeername(self) -> Any:
+        ep = self._ep
+        if ep.remote is None or (ep.kind != "udp" and ep.state != "connected"):
             raise _error(errno.ENOTCONN)
-        return self._ep.remote
+        return ep.remote
 
     def setsockopt(self, level: int, optname: int, value: Any, *args: Any) -> None:
-        self._options[level, optname] = int(value) if not isinstance(value, bytes) else 1
+        self._ep.options[level, optname] = int(value) if not isinstance(value, bytes) else 1
 
     def getsockopt(self, level: int, optname: int, *args: Any) -> Any:
+        ep = self._ep
         if (level, optname) == (socket.SOL_SOCKET, socket.SO_ERROR):
-            ep = self._ep
             err, ep.connect_error = ep.connect_error, 0
             if err:
                 ep.state = "new"  # the attempt is over; another connect() may follow
+            elif ep.kind == "udp" and ep.error:
+                err, ep.error = ep.error, 0
             return err
-        return self._options.get((level, optname), 0)
+        if (level, optname) == (socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            return int(ep.state == "listening")
+        return ep.options.get((level, optname), 0)
 
     def setblocking(self, flag: bool) -> None:
         # Always non-blocking underneath; the loop only uses non-blocking sockets.
@@ -229,13 +351,16 @@ class SimSocket(socket.socket):
     # -- setting up ----------------------------------------------------
 
     def bind(self, address: Any) -> None:
-        self._net._bind(self._ep, address)
+        ep = self._ep
+        ep.net._bind(ep, address)
 
     def listen(self, backlog: int = 128) -> None:
-        self._net._listen(self._ep, backlog)
+        ep = self._ep
+        ep.net._listen(ep, backlog)
 
     def connect(self, address: Any) -> None:
-        self._net._connect(self._ep, address)
+        ep = self._ep
+        ep.net._connect(ep, address)
 
     def connect_ex(self, address: Any) -> int:
         try:
@@ -244,65 +369,103 @@ class SimSocket(socket.socket):
             return exc.errno or 0
         return 0
 
-    def accept(self) -> tuple[socket.socket, Address]:
+    def accept(self) -> tuple[socket.socket, Any]:
         ep = self._ep
         if ep.state != "listening":
             raise _error(errno.EINVAL)
         if not ep.backlog:
             raise _error(errno.EAGAIN, BlockingIOError)
         child = ep.backlog.popleft()
-        assert child.remote is not None
-        sock = SimSocket(self._net, child.host, self.family, self.type, self.proto, child)
+        sock = SimSocket(ep.net, child.host, self.family, self.type, self.proto, child)
         return sock, child.remote
 
     # -- data ------------------------------------------------------------
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         ep = self._ep
-        self._net._check_readable(ep)
+        if ep.kind == "udp":
+            return ep.net._recvfrom(ep, bufsize)[0]
+        ep.net._check_readable(ep)
         n = min(bufsize, len(ep.inbox))
         data = bytes(ep.inbox[:n])
-        self._net._consume(ep, n)
+        ep.net._consume(ep, n)
         return data
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        return self.recvfrom_into(buffer, nbytes, flags)[0]
+
+    def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
         ep = self._ep
-        self._net._check_readable(ep)
+        if ep.kind == "udp":
+            return ep.net._recvfrom(ep, bufsize)
+        return self.recv(bufsize, flags), None
+
+    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        ep = self._ep
         view = memoryview(buffer).cast("B")
-        n = min(nbytes or len(view), len(view), len(ep.inbox))
+        size = min(nbytes or len(view), len(view))
+        if ep.kind == "udp":
+            data, address = ep.net._recvfrom(ep, size)
+            view[: len(data)] = data
+            return len(data), address
+        ep.net._check_readable(ep)
+        n = min(size, len(ep.inbox))
         view[:n] = ep.inbox[:n]
-        self._net._consume(ep, n)
-        return n
+        ep.net._consume(ep, n)
+        return n, None
 
     def send(self, data: Any, flags: int = 0) -> int:
-        return self._net._send(self._ep, memoryview(data).cast("B"))
+        ep = self._ep
+        if ep.kind == "udp":
+            if ep.remote is None:
+                raise _error(errno.EDESTADDRREQ)
+            return ep.net._sendto(ep, memoryview(data).cast("B"), ep.remote)
+        return ep.net._send(ep, memoryview(data).cast("B"))
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = memoryview(data).cast("B")
-        sent = self._net._send(self._ep, view)
+        sent = self.send(view)
         if sent != len(view):
             raise _error(errno.EAGAIN, BlockingIOError)
 
+    def sendto(self, data: Any, *args: Any) -> int:
+        ep = self._ep
+        address = args[-1]
+        if ep.kind != "udp":
+            if ep.state == "connected":
+                raise _error(errno.EISCONN)
+            return self.send(data)
+        return ep.net._sendto(ep, memoryview(data).cast("B"), address)
+
     def sendmsg(self, buffers: Any, *args: Any) -> int:
-        return self.send(b"".join(buffers))
+        data = b"".join(buffers)
+        if len(args) >= 3 and args[2] is not None:
+            return self.sendto(data, args[2])
+        return self.send(data)
 
     def shutdown(self, how: int) -> None:
-        self._net._shutdown(self._ep, how)
+        ep = self._ep
+        ep.net._shutdown(ep, how)
 
     # -- closing ---------------------------------------------------------
 
     def _real_close(self, *args: Any) -> None:
-        ep = self._ep
-        if not ep.closed:
-            self._net._close(ep)
+        ep = _ENDPOINTS.get(socket.socket.fileno(self))
+        if ep is not None and not ep.closed:
+            ep.net._close(ep)
         super()._real_close(*args)  # type: ignore[misc]
 
     def detach(self) -> int:
         raise OSError(errno.EOPNOTSUPP, "a simulated socket cannot be detached")
 
     def __repr__(self) -> str:
-        ep = self._ep
-        return f"<SimSocket {ep.host.name} {ep.state} local={ep.local} remote={ep.remote}>"
+        ep = _ENDPOINTS.get(socket.socket.fileno(self))
+        if ep is None:
+            return "<SimSocket [closed]>"
+        return (
+            f"<SimSocket {ep.kind} {ep.host.name} {ep.state} "
+            f"local={ep.local!r} remote={ep.remote!r}>"
+        )
 
 
 class _SimPoller:
@@ -321,12 +484,14 @@ class _SimPoller:
     def register(self, fd: int, events: int) -> None:
         if fd in self._net._by_fd:
             self._sim[fd] = events
+            self._net._candidates[fd] = None
         else:
             self._inner.register(fd, events)
 
     def modify(self, fd: int, events: int) -> None:
         if fd in self._sim:
             self._sim[fd] = events
+            self._net._candidates[fd] = None
         else:
             self._inner.modify(fd, events)
 
@@ -339,19 +504,26 @@ class _SimPoller:
         self._sim.pop(fd, None)
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        net = self._net
         ready: list[tuple[int, int]] = []
-        by_fd = self._net._by_fd
-        for fd, mask in self._sim.items():
-            ep = by_fd.get(fd)
-            if ep is None:
-                continue
-            bits = 0
-            if mask & READ and ep.readable():
-                bits |= READ
-            if mask & WRITE and ep.writable():
-                bits |= WRITE
-            if bits:
-                ready.append((fd, bits))
+        candidates = net._candidates
+        if candidates:
+            by_fd = net._by_fd
+            still: dict[int, None] = {}
+            for fd in candidates:
+                mask = self._sim.get(fd)
+                ep = by_fd.get(fd)
+                if not mask or ep is None:
+                    continue
+                bits = 0
+                if mask & READ and ep.readable():
+                    bits |= READ
+                if mask & WRITE and ep.writable():
+                    bits |= WRITE
+                if bits:
+                    ready.append((fd, bits))
+                    still[fd] = None  # level-triggered: asked again next poll
+            net._candidates = still
         events = self._inner.poll(0.0 if ready else timeout)
         return events + ready if ready else events
 
@@ -362,9 +534,11 @@ class _SimPoller:
 class SimNetwork:
     """A simulated network of hosts for one loop (see the module docstring).
 
-    *seed* seeds the generator that draws latencies. *real*: what a name or
-    address no host has means: ``"refuse"`` (it does not exist) or
-    ``"allow"`` (the real network's, through real sockets).
+    *seed* seeds the generator that draws latencies and faults. *real*: what
+    a name or address no host has means: ``"refuse"`` (it does not exist)
+    or ``"allow"`` (the real network's, through real sockets). *latency*,
+    *loss*, *duplicate*, *split* and *bandwidth*: every link's, until
+    `set_link` says otherwise for a pair of hosts.
     """
 
     def __init__(
@@ -372,6 +546,10 @@ class SimNetwork:
         *,
         seed: int = 0,
         latency: tuple[float, float] = DEFAULT_LATENCY,
+        loss: float = 0.0,
+        duplicate: float = 0.0,
+        split: float = 0.0,
+        bandwidth: float | None = None,
         real: Literal["refuse", "allow"] = "refuse",
     ) -> None:
         if real not in ("refuse", "allow"):
@@ -379,11 +557,14 @@ class SimNetwork:
         self.seed = seed
         self.real = real
         self._rng = random.Random(seed)
-        self._default_latency = _check_latency(latency)
-        self._latency: dict[tuple[str, str], tuple[float, float]] = {}
+        self._default = _Link()
+        _configure(self._default, latency, loss, duplicate, split, bandwidth)
+        self._config: dict[tuple[str, str], _Link] = {}
+        self._links: dict[tuple[str, str], _Link] = {}
         self._hosts: dict[str, _Host] = {}
         self._by_address: dict[str, _Host] = {}
         self._by_fd: dict[int, _Endpoint] = {}
+        self._candidates: dict[int, None] = {}
         self._cut: set[tuple[str, str]] = set()
         self._held: list[tuple[_Host, _Host, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -420,12 +601,49 @@ class SimNetwork:
         return task
 
     def socket(self, family: int, type: int, proto: int, remote: Any = None) -> socket.socket:
-        simulated = family == socket.AF_INET and type == socket.SOCK_STREAM
-        if simulated and remote is not None and self.real == "allow":
-            simulated = self._host_at(str(remote[0])) is not None
-        if not simulated:
+        kind = _kind(family, type)
+        if kind is None or not self._simulates(kind, remote):
             return socket.socket(family, type, proto)
         return SimSocket(self, self.current_host(), family, type, proto)
+
+    def _simulates(self, kind: Kind, remote: Any) -> bool:
+        """Whether a *kind* socket to *remote* (None: not known yet) is the simulation's."""
+        if kind == "unix" or remote is None or self.real == "refuse":
+            return True
+        return self._host_at(str(remote[0])) is not None or remote[0] in ("127.0.0.1", "localhost")
+
+    def adopt(self, sock: _Socket, remote: Any = None) -> None:
+        """Make a socket the program created itself simulated, in place, if it is
+        the simulation's to carry (see the module docstring).
+
+        *remote*: where it is about to connect or send (None: it is handed
+        to the loop to serve, read or write; an unbound, unconnected socket
+        is then left alone until it is given a destination).
+        """
+        if type(sock) is not socket.socket or sock.fileno() < 0:
+            return  # a SimSocket already, a subclass (its layout differs) or closed
+        kind = _kind(sock.family, sock.type)
+        if kind is None or not self._simulates(kind, remote):
+            return
+        try:
+            sock.getpeername()
+        except OSError:
+            pass
+        else:
+            return  # connected for real (a socketpair): it stays the kernel's
+        local = sock.getsockname()
+        bound = bool(local) if kind == "unix" else local[1] != 0
+        if remote is None and not bound:
+            return
+        listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        ep = _Endpoint(self, self.current_host(), kind)
+        if bound:
+            self._bind(ep, local)  # the same port (or path), on the host
+        sock.__class__ = SimSocket
+        self._register(sock, ep)
+        if listening:
+            self._listen(ep, 128)
+        self._record("adopt", ep.host.name, ep.host.name, f"{kind} {ep.local!r}")
 
     def getaddrinfo(  # noqa: PLR0917 (socket.getaddrinfo's order)
         self, host: Any, port: Any, family: int, type: int, proto: int, flags: int
@@ -499,10 +717,36 @@ class SimNetwork:
 
     # -- faults ------------------------------------------------------------
 
+    def set_link(
+        self,
+        a: str,
+        b: str,
+        *,
+        latency: tuple[float, float] | float | None = None,
+        loss: float | None = None,
+        duplicate: float | None = None,
+        split: float | None = None,
+        bandwidth: float | None = None,
+        oneway: bool = False,
+    ) -> None:
+        """Set what messages between hosts *a* and *b* go through (both ways unless
+        *oneway*): a *latency* range in seconds (or one value), UDP *loss* and
+        *duplicate* probabilities, the probability that a TCP send arrives in
+        several pieces (*split*), and a *bandwidth* in bytes a second (0: none).
+        What is not given keeps its value."""
+        if isinstance(latency, (int, float)):
+            latency = (latency, latency)
+        for pair in [(a, b)] if oneway else [(a, b), (b, a)]:
+            config = self._config.get(pair)
+            if config is None:
+                config = self._config[pair] = _Link(self._default)
+            _configure(config, latency, loss, duplicate, split, bandwidth)
+            self._links.pop(pair, None)  # rebuilt from the configuration on next use
+        self._record("link", a, b, "oneway" if oneway else "")
+
     def set_latency(self, a: str, b: str, low: float, high: float | None = None) -> None:
         """Messages between hosts *a* and *b* (both ways) take *low* to *high* seconds."""
-        value = _check_latency((low, low if high is None else high))
-        self._latency[a, b] = self._latency[b, a] = value
+        self.set_link(a, b, latency=(low, low if high is None else high))
 
     def partition(self, a: str, b: str, *, oneway: bool = False) -> None:
         """Hold every message from *a* to *b* (and *b* to *a* unless *oneway*) until `heal`."""
@@ -548,7 +792,7 @@ class SimNetwork:
             return
         self._record("crash", host, host, "")
         h.up = False
-        h.listeners.clear()
+        h.wipe()
         for ep in list(self._by_fd.values()):
             if ep.host is h and ep.generation == h.generation:
                 peer = ep.peer
@@ -556,6 +800,7 @@ class SimNetwork:
                     self._deliver(h, peer.host, ("rst", peer), force=True)
                 ep.state = "dead"
                 ep.peer = None
+                self._touch(ep)
         loop = self._running_loop()
         for task in asyncio.all_tasks(loop):
             if self._task_host(task) is h:
@@ -576,6 +821,24 @@ class SimNetwork:
         return self.spawn(host, coro)
 
     # -- the sockets' side ---------------------------------------------------
+
+    def _register(self, sock: _Socket, ep: _Endpoint) -> None:
+        fd = socket.socket.fileno(sock)
+        ep.fd = fd
+        # A socket collected unclosed closes its fd with no _real_close: the
+        # endpoint must go then too, before the kernel hands the fd out again.
+        ep.ref = weakref.ref(sock, lambda _: self._collected(ep))
+        _ENDPOINTS[fd] = ep
+        self._by_fd[fd] = ep
+
+    def _collected(self, ep: _Endpoint) -> None:
+        if not ep.closed:
+            self._close(ep)
+
+    def _touch(self, ep: _Endpoint) -> None:
+        """*ep*'s readiness may have changed: the next poll looks at it."""
+        if ep.fd >= 0 and not ep.closed:
+            self._candidates[ep.fd] = None
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -599,48 +862,108 @@ class SimNetwork:
     def _bind(self, ep: _Endpoint, address: Any) -> None:
         if ep.local is not None:
             raise _error(errno.EINVAL)
-        host, port = str(address[0]), int(address[1])
-        local = self._local_address(ep, host)
-        taken = {
-            e.local[1]
-            for e in self._by_fd.values()
-            if e.host is ep.host and e.local and e.generation == ep.host.generation
-        }
+        host = ep.host
+        if ep.kind == "unix":
+            path = os.fspath(address)
+            if not path:
+                raise _error(errno.EINVAL)  # autobind is not simulated
+            if path in host.paths:
+                raise _error(errno.EADDRINUSE)
+            host.paths[path] = ep
+            ep.local = path
+            return
+        local = self._local_address(ep, str(address[0]))
+        port = int(address[1])
         if port == 0:
-            port = ep.host.free_port(taken)
-        elif port in taken:
+            port = host.free_port(ep.kind)
+        elif (ep.kind, port) in host.ports:
             raise _error(errno.EADDRINUSE)
+        host.ports[ep.kind, port] = ep
         ep.local = (local, port)
 
+    def _unbind(self, ep: _Endpoint) -> None:
+        host = ep.host
+        if ep.local is None or ep.generation != host.generation:
+            return
+        if ep.kind == "unix":
+            if host.paths.get(ep.local) is ep:
+                del host.paths[ep.local]
+        elif host.ports.get((ep.kind, ep.local[1])) is ep:
+            del host.ports[ep.kind, ep.local[1]]
+        if ep.kind == "tcp" and host.listeners.get(ep.local[1]) is ep:
+            del host.listeners[ep.local[1]]
+
     def _listen(self, ep: _Endpoint, backlog: int) -> None:
+        if ep.kind == "udp":
+            raise _error(errno.EOPNOTSUPP)
         if ep.local is None:
+            if ep.kind == "unix":
+                raise _error(errno.EINVAL)
             self._bind(ep, ("0.0.0.0", 0))
-        assert ep.local is not None
         ep.state = "listening"
         ep.backlog_max = max(1, backlog)
-        if ep.alive:
+        if ep.alive and ep.kind == "tcp":
             ep.host.listeners[ep.local[1]] = ep
 
+    def _resolve_remote(self, ep: _Endpoint, address: Any) -> tuple[_Host, Address]:
+        ip, port = str(address[0]), int(address[1])
+        if ip in ("127.0.0.1", "localhost"):
+            ip = ep.host.address
+        elif ip in self._hosts:  # a name, as the kernel's calls resolve them
+            ip = self._hosts[ip].address
+        dst = self._host_at(ip)
+        if dst is None:
+            raise _error(errno.ENETUNREACH)
+        return dst, (ip, port)
+
     def _connect(self, ep: _Endpoint, address: Any) -> None:
+        if ep.kind == "unix":
+            self._connect_unix(ep, os.fspath(address))
+            return
+        if ep.kind == "udp":
+            dst, remote = self._resolve_remote(ep, address)
+            if ep.local is None:
+                self._bind(ep, ("0.0.0.0", 0))
+            if ep.local[0] == "0.0.0.0":  # connect picks the source address, as Linux's
+                ep.local = (ep.host.address, ep.local[1])
+            ep.remote = remote
+            return
         if ep.state == "connected":
             raise _error(errno.EISCONN)
         if ep.state == "connecting":
             raise _error(errno.EALREADY, BlockingIOError)
-        ip, port = str(address[0]), int(address[1])
-        if ip in ("127.0.0.1", "localhost"):
-            ip = ep.host.address
-        dst = self._host_at(ip)
-        if dst is None:
-            raise _error(errno.ENETUNREACH)
+        dst, remote = self._resolve_remote(ep, address)
         if ep.local is None:
             self._bind(ep, (ep.host.address, 0))
         elif ep.local[0] == "0.0.0.0":
             ep.local = (ep.host.address, ep.local[1])
-        ep.remote = (ip, port)
+        ep.remote = remote
         ep.state = "connecting"
         self._record("connect", ep.host.name, dst.name, f"{ep.local} -> {ep.remote}")
-        self._deliver(ep.host, dst, ("syn", ep, port))
+        self._deliver(ep.host, dst, ("syn", ep, remote[1]))
         raise _error(errno.EINPROGRESS, BlockingIOError)
+
+    def _connect_unix(self, ep: _Endpoint, path: str | bytes) -> None:
+        if ep.state == "connected":
+            raise _error(errno.EISCONN)
+        host = ep.host
+        listener = host.paths.get(path)
+        if listener is None:
+            raise _error(errno.ENOENT, FileNotFoundError)
+        if listener.state != "listening" or listener.closed:
+            raise _error(errno.ECONNREFUSED, ConnectionRefusedError)
+        if len(listener.backlog) >= listener.backlog_max:
+            raise _error(errno.EAGAIN, BlockingIOError)
+        server = _Endpoint(self, host, "unix")
+        server.state = ep.state = "connected"
+        server.local = path
+        server.remote = ep.local if ep.local is not None else ""
+        ep.remote = path
+        server.peer, ep.peer = ep, server
+        listener.backlog.append(server)
+        self._touch(listener)
+        self._touch(ep)
+        self._record("connect", host.name, host.name, f"unix {path!r}")
 
     def _check_readable(self, ep: _Endpoint) -> None:
         if ep.state == "dead":
@@ -656,6 +979,9 @@ class SimNetwork:
         """Report a reset once, from whichever of recv/send comes first, as Linux
         does; after it the socket reads EOF and writes EPIPE."""
         err, ep.error = ep.error, 0
+        self._touch(ep)
+        if ep.kind == "udp":  # an ICMP error: reported once, the socket lives on
+            raise _error(err, ConnectionRefusedError if err == errno.ECONNREFUSED else OSError)
         ep.eof = True
         ep.state = "closed-by-error"
         raise _error(err, ConnectionResetError if err == errno.ECONNRESET else OSError)
@@ -667,6 +993,7 @@ class SimNetwork:
         sender = ep.peer
         if sender is not None:
             sender.outstanding -= n
+            self._touch(sender)
 
     def _send(self, ep: _Endpoint, view: memoryview) -> int:
         if ep.state == "dead":
@@ -684,25 +1011,62 @@ class SimNetwork:
         if not data:
             return 0
         ep.outstanding += len(data)
-        self._deliver(ep.host, ep.peer.host, ("data", ep.peer, data, ep))
+        self._touch(ep)
+        src, dst = ep.host, ep.peer.host
+        link = self._link(src, dst)
+        if link.split and len(data) > 1 and self._rng.random() < link.split:
+            cuts = sorted(self._rng.sample(range(1, len(data)), min(3, len(data) - 1)))
+            pieces = [data[i:j] for i, j in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+            self._record("split", src.name, dst.name, f"{len(data)} bytes in {len(pieces)}")
+        else:
+            pieces = [data]
+        for piece in pieces:
+            self._deliver(src, dst, ("data", ep.peer, piece, ep))
         return len(data)
 
+    def _sendto(self, ep: _Endpoint, view: memoryview, address: Any) -> int:
+        if ep.state == "dead":
+            return len(view)
+        if ep.error:
+            self._raise_pending_error(ep)
+        if len(view) > _UDP_MAX:
+            raise _error(errno.EMSGSIZE)
+        dst, remote = self._resolve_remote(ep, address)
+        if ep.local is None:
+            self._bind(ep, ("0.0.0.0", 0))
+        source = (ep.host.address, ep.local[1])
+        self._deliver(ep.host, dst, ("dgram", remote[1], bytes(view), source, ep))
+        return len(view)
+
+    def _recvfrom(self, ep: _Endpoint, bufsize: int) -> tuple[bytes, Address]:
+        if ep.error:
+            self._raise_pending_error(ep)
+        if not ep.datagrams:
+            raise _error(errno.EAGAIN, BlockingIOError)
+        data, address = ep.datagrams.popleft()
+        ep.queued -= len(data)
+        return data[:bufsize], address
+
     def _shutdown(self, ep: _Endpoint, how: int) -> None:
-        if ep.state not in ("connected", "closed-by-error"):
+        if ep.kind == "udp" or ep.state not in ("connected", "closed-by-error"):
             raise _error(errno.ENOTCONN)
         if how in (socket.SHUT_WR, socket.SHUT_RDWR) and not ep.shut_wr:
             ep.shut_wr = True
+            self._touch(ep)
             if ep.peer is not None and ep.state == "connected":
                 self._deliver(ep.host, ep.peer.host, ("fin", ep.peer))
 
     def _close(self, ep: _Endpoint) -> None:
         ep.closed = True
-        self._by_fd.pop(ep.fd, None)
-        if self._poller is not None:
-            self._poller.forget(ep.fd)
+        if _ENDPOINTS.get(ep.fd) is ep:
+            del _ENDPOINTS[ep.fd]
+        if self._by_fd.get(ep.fd) is ep:
+            del self._by_fd[ep.fd]
+            self._candidates.pop(ep.fd, None)
+            if self._poller is not None:
+                self._poller.forget(ep.fd)
+        self._unbind(ep)
         if ep.state == "listening":
-            if ep.local is not None and ep.host.listeners.get(ep.local[1]) is ep:
-                del ep.host.listeners[ep.local[1]]
             for pending in ep.backlog:  # accepted by the kernel, never by the program
                 if pending.peer is not None:
                     self._deliver(ep.host, pending.peer.host, ("rst", pending.peer))
@@ -724,32 +1088,61 @@ class SimNetwork:
                 side.inbox.clear()
                 if side.peer is not None:
                     side.peer.outstanding = 0
+                self._touch(side)
 
     # -- delivery ----------------------------------------------------------
 
-    def _delay(self, src: _Host, dst: _Host) -> float:
-        low, high = self._latency.get((src.name, dst.name), self._default_latency)
-        return low if low == high else self._rng.uniform(low, high)
+    def _link(self, src: _Host, dst: _Host) -> _Link:
+        pair = (src.name, dst.name)
+        link = self._links.get(pair)
+        if link is None:
+            link = self._links[pair] = _Link(self._config.get(pair, self._default))
+        return link
 
     def _deliver(self, src: _Host, dst: _Host, segment: Any, *, force: bool = False) -> None:
         loop = self._running_loop()
+        if loop.is_closed():
+            return  # a socket collected after its loop closed: nothing moves any more
+        kind = segment[0]
         if not force and (src.name, dst.name) in self._cut:
-            self._held.append((src, dst, segment))
+            if kind == "dgram":
+                self._record("dropped", src.name, dst.name, f"{len(segment[2])} bytes (partition)")
+            else:
+                self._held.append((src, dst, segment))
             return
-        at = loop.time() + self._delay(src, dst)
-        # One direction of one connection is a queue: never overtake.
-        target: _Endpoint | None = segment[1] if segment[0] != "syn" else None
-        if target is not None:
-            at = max(at, target.last_arrival)
-            target.last_arrival = at
-        loop.call_at(at, self._arrive, src, dst, segment)
+        link = self._link(src, dst)
+        copies = 1
+        if kind == "dgram":
+            if link.loss and self._rng.random() < link.loss:
+                self._record("lost", src.name, dst.name, f"{len(segment[2])} bytes")
+                return
+            if link.duplicate and self._rng.random() < link.duplicate:
+                copies = 2
+        now = loop.time()
+        for _ in range(copies):
+            at = now
+            if link.bandwidth and kind in ("data", "dgram"):
+                start = max(now, link.busy_until)
+                link.busy_until = at = start + len(segment[2]) / link.bandwidth
+            low, high = link.latency
+            at += low if low == high else self._rng.uniform(low, high)
+            if kind not in ("syn", "dgram"):
+                # One direction of one connection is a queue: never overtake.
+                target: _Endpoint = segment[1]
+                at = max(at, target.last_arrival)
+                target.last_arrival = at
+            loop.call_at(at, self._arrive, src, dst, segment)
 
     def _arrive(self, src: _Host, dst: _Host, segment: Any) -> None:
         kind = segment[0]
         if kind == "syn":
             self._arrive_syn(src, dst, segment[1], segment[2])
             return
+        if kind == "dgram":
+            self._arrive_dgram(src, dst, segment)
+            return
         ep: _Endpoint = segment[1]
+        self._touch(ep)
         if kind == "synack":
             if ep.state == "connecting" and not ep.closed:
                 ep.state = "connected"
@@ -766,6 +1159,11 @@ class SimNetwork:
             return
         if not ep.alive:
             return  # the host crashed: nothing answers
+        if kind == "unreachable":
+            if not ep.closed:
+                ep.error = errno.ECONNREFUSED
+                self._record("unreachable", src.name, dst.name, f"to {ep.local}")
+            return
         if kind == "data":
             data: bytes = segment[2]
             if ep.closed or ep.state not in ("connected",) or ep.error:
@@ -774,7 +1172,12 @@ class SimNetwork:
                     self._deliver(dst, src, ("rst", sender))
                 return
             ep.inbox += data
-            self._record("data", src.name, dst.name, f"{len(data)} bytes to {ep.local}")
+            self._record(
+                "data",
+                src.name,
+                dst.name,
+                f"{len(data)} bytes to {ep.local} crc {zlib.crc32(data):08x}",
+            )
         elif kind == "fin":
             ep.eof = True
             self._record("fin", src.name, dst.name, f"to {ep.local}")
@@ -791,15 +1194,36 @@ class SimNetwork:
             return  # a crashed host does not answer: the connect waits
         if len(listener.backlog) >= listener.backlog_max or client.state != "connecting":
             return  # dropped, as a full backlog drops a SYN
-        server = _Endpoint(dst)
+        server = _Endpoint(self, dst, "tcp")
         server.state = "connected"
         assert listener.local is not None and client.local is not None
         server.local = (dst.address, port)
         server.remote = client.local
         server.peer = client
         listener.backlog.append(server)
+        self._touch(listener)
         self._record("accept", src.name, dst.name, f"{client.local} -> {server.local}")
         self._deliver(dst, src, ("synack", client, server))
+
+    def _arrive_dgram(self, src: _Host, dst: _Host, segment: Any) -> None:
+        _, port, data, source, sender = segment
+        ep = dst.ports.get(("udp", port)) if dst.up else None
+        if ep is None or ep.closed or not ep.alive:
+            if dst.up and sender.remote == (dst.address, port) and not sender.closed:
+                # ICMP port unreachable: a connected sender hears of it.
+                self._deliver(dst, src, ("unreachable", sender))
+            self._record("dropped", src.name, dst.name, f"{len(data)} bytes (no socket)")
+            return
+        if ep.remote is not None and ep.remote != source:
+            return  # a connected socket takes datagrams from its peer only
+        if ep.queued + len(data) > UDP_BUFFER:
+            self._record("dropped", src.name, dst.name, f"{len(data)} bytes (buffer full)")
+            return
+        ep.datagrams.append((data, source))
+        ep.queued += len(data)
+        self._touch(ep)
+        crc = zlib.crc32(data)
+        self._record("dgram", src.name, dst.name, f"{len(data)} bytes to {ep.local} crc {crc:08x}")
 
 
 def _check_latency(value: tuple[float, float]) -> tuple[float, float]:
@@ -807,3 +1231,32 @@ def _check_latency(value: tuple[float, float]) -> tuple[float, float]:
     if not 0 <= low <= high:
         raise ValueError(f"latency must be 0 <= low <= high, not {value!r}")
     return low, high
+
+
+def _check_probability(name: str, value: float) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability (0 to 1), not {value!r}")
+    return value
+
+
+def _configure(  # noqa: PLR0917 (one of each property)
+    link: _Link,
+    latency: tuple[float, float] | None,
+    loss: float | None,
+    duplicate: float | None,
+    split: float | None,
+    bandwidth: float | None,
+) -> None:
+    if latency is not None:
+        link.latency = _check_latency(latency)
+    if loss is not None:
+        link.loss = _check_probability("loss", loss)
+    if duplicate is not None:
+        link.duplicate = _check_probability("duplicate", duplicate)
+    if split is not None:
+        link.split = _check_probability("split", split)
+    if bandwidth is not None:
+        if bandwidth < 0:
+            raise ValueError(f"bandwidth must be >= 0 bytes a second, not {bandwidth!r}")
+        link.bandwidth = float(bandwidth) or None
