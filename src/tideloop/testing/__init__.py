@@ -1,7 +1,9 @@
 """tideloop.testing: virtual time, seeded schedule perturbation, a pytest plugin.
 
 Layer: top. Everything here is built from constructor arguments of
-`tideloop.Loop` (``clock=``, ``schedule=``); nothing is patched.
+`tideloop.Loop` (``clock=``, ``schedule=``, ``network=``); the only
+patching is `seeded_globals` (``random``, ``os.urandom``, ``time``), for
+the duration of a simulated run, and undone after it.
 
     from tideloop import testing
 
@@ -21,17 +23,22 @@ Layer: top. Everything here is built from constructor arguments of
   jumps to the next timer when the loop is idle (autojump).
 - `Perturber` (``_schedule``): varies the orderings asyncio leaves open; its
   module docstring is the exact model.
-- `SimNetwork` (``_network``): hosts, simulated TCP, latency and faults;
-  its module docstring is the exact model.
+- `SimNetwork` (``_network``): hosts, simulated TCP, UDP and Unix
+  sockets, latency and faults; its module docstring is the exact model.
+- `sometimes`, `seeded_globals`, `check_determinism` (``_world``): fault
+  points in a test's own code, the process-wide sources of chance and time
+  a simulated run seeds, and the check that a seed replays.
 - The pytest plugin (``tideloop.testing.pytest_plugin``, registered as a
   ``pytest11`` entry point) is inactive unless ``--tideloop...`` options,
-  the ``tideloop`` marker or the ``tideloop_clock`` fixture are used.
+  the ``tideloop`` marker or the ``tideloop_clock`` / ``tideloop_net``
+  fixtures are used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import contextlib
 import functools
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -43,16 +50,22 @@ from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._network import SimNetwork, SimSocket
 from ._schedule import Perturber
+from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
+    "EPOCH",
+    "NondeterminismError",
     "Perturber",
     "SimNetwork",
     "SimSocket",
     "VirtualClock",
     "allow_tideloop",
+    "check_determinism",
     "current_clock",
     "new_event_loop",
     "run",
+    "seeded_globals",
+    "sometimes",
 ]
 
 _T = TypeVar("_T")
@@ -98,8 +111,10 @@ def run(
 ) -> _T:
     """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
 
-    If it raises and a *seed* was given, the exception carries a note with
-    the seed, so the traceback says how to replay the run.
+    With a *network*, ``random``, ``os.urandom`` and ``time`` are seeded
+    or virtual for the run (`seeded_globals`; ``SimNetwork(seed_globals=False)``
+    turns that off). If it raises and a *seed* was given, the exception
+    carries a note with the seed, so the traceback says how to replay the run.
     """
     if asyncio.events._get_running_loop() is not None:
         raise RuntimeError("tideloop.testing.run() cannot be called from a running event loop")
@@ -110,8 +125,11 @@ def run(
         autojump_threshold=autojump_threshold,
         network=network,
     )
+    seeded: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if network is not None and network.seed_globals:
+        seeded = seeded_globals(network, urandom=network.urandom)
     try:
-        with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
+        with seeded, asyncio.Runner(debug=debug, loop_factory=factory) as runner:
             return runner.run(main)
     except BaseException as exc:
         if seed is not None:

@@ -538,7 +538,14 @@ class SimNetwork:
     a name or address no host has means: ``"refuse"`` (it does not exist)
     or ``"allow"`` (the real network's, through real sockets). *latency*,
     *loss*, *duplicate*, *split* and *bandwidth*: every link's, until
-    `set_link` says otherwise for a pair of hosts.
+    `set_link` says otherwise for a pair of hosts. *buggify*: whether
+    ``tideloop.testing.sometimes()`` fires (on some seeds) in its runs.
+    *seed_globals*: whether ``tideloop.testing.run`` and the ``tideloop_net``
+    fixture seed ``random`` and ``os.urandom`` (unless not *urandom*) and
+    make ``time.time``/``time.monotonic`` virtual for the run.
+
+    A network serves one loop at a time; once that loop is closed it may
+    serve another (a test's next run), keeping its hosts.
     """
 
     def __init__(
@@ -551,12 +558,23 @@ class SimNetwork:
         split: float = 0.0,
         bandwidth: float | None = None,
         real: Literal["refuse", "allow"] = "refuse",
+        buggify: bool = True,
+        seed_globals: bool = True,
+        urandom: bool = True,
     ) -> None:
         if real not in ("refuse", "allow"):
             raise ValueError(f"real must be 'refuse' or 'allow', not {real!r}")
         self.seed = seed
         self.real = real
+        #: Whether ``tideloop.testing.sometimes()`` may fire in this network's runs.
+        self.buggify = buggify
+        #: Whether runs seed ``random``, ``os.urandom`` (*urandom*) and make
+        #: ``time.time``/``time.monotonic`` virtual (``tideloop.testing._world``).
+        self.seed_globals = seed_globals
+        self.urandom = urandom
         self._rng = random.Random(seed)
+        self._sites: dict[str, bool] = {}
+        self._sometimes_rng = random.Random(f"tideloop:{seed}:sometimes")
         self._default = _Link()
         _configure(self._default, latency, loss, duplicate, split, bandwidth)
         self._config: dict[tuple[str, str], _Link] = {}
@@ -578,7 +596,7 @@ class SimNetwork:
     # -- the loop's side (tideloop._fdio.network.Network) -----------------
 
     def wrap_poller(self, poller: Poller) -> Poller:
-        if self._poller is not None:
+        if self._poller is not None and not (self._loop is not None and self._loop.is_closed()):
             raise RuntimeError("a SimNetwork serves one loop")
         self._poller = _SimPoller(self, poller)
         return self._poller
@@ -639,6 +657,13 @@ class SimNetwork:
         ep = _Endpoint(self, self.current_host(), kind)
         if bound:
             self._bind(ep, local)  # the same port (or path), on the host
+            # Let go of the kernel's port: a fresh unbound socket takes over
+            # the fd number (a real peer must not reach a simulated server).
+            fresh = socket.socket(sock.family, sock.type, sock.proto)
+            try:
+                os.dup2(fresh.fileno(), sock.fileno(), inheritable=False)
+            finally:
+                fresh.close()
         sock.__class__ = SimSocket
         self._register(sock, ep)
         if listening:
@@ -716,6 +741,18 @@ class SimNetwork:
         return loop.create_task(coro, context=context)
 
     # -- faults ------------------------------------------------------------
+
+    def _sometimes(self, site: str, probability: float) -> bool:
+        enabled = self._sites.get(site)
+        if enabled is None:
+            # Per site and seed, not drawn from a shared stream: adding a
+            # site elsewhere does not change which sites this seed enables.
+            enabled = random.Random(f"tideloop:{self.seed}:{site}").random() < 0.5
+            self._sites[site] = enabled
+        fired = enabled and self._sometimes_rng.random() < probability
+        if fired:
+            self._record("sometimes", self.current_host().name, "", site)
+        return fired
 
     def set_link(
         self,

@@ -18,6 +18,11 @@ and it does nothing unless asked:
   runs one test on tideloop (with those settings) even without the options.
 - The ``tideloop_clock`` fixture turns on virtual time for its test and
   returns the `VirtualClock` that the test's loops use.
+- The ``tideloop_net`` fixture gives its test's loops a `SimNetwork`
+  (virtual time on; the network's seed is the test's schedule seed, 0
+  without one, so ``--tideloop-seeds`` varies the network's faults too),
+  seeds ``random``/``os.urandom`` and makes ``time`` virtual for the test
+  (``tideloop.testing.seeded_globals``), and returns the network.
 
 How each kind of test gets its loop (every route ends in `_Plugin.new_loop`,
 which reads the running test's settings):
@@ -56,7 +61,7 @@ import inspect
 import shlex
 import sys
 import unittest
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -67,6 +72,8 @@ from tideloop._runner import _policy_base
 from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
+from ._network import SimNetwork
+from ._world import seeded_globals
 
 _PLUGIN_NAME = "tideloop-plugin"
 _MARKER_KWARGS = frozenset({"virtual_time", "seed", "autojump_threshold"})
@@ -151,6 +158,23 @@ def tideloop_clock(request: pytest.FixtureRequest) -> VirtualClock:
     return settings.clock()
 
 
+@pytest.fixture
+def tideloop_net(request: pytest.FixtureRequest) -> Iterator[SimNetwork]:
+    """The `SimNetwork` of this test's tideloop loops (turns it and virtual time on)."""
+    plugin = request.config.pluginmanager.get_plugin(_PLUGIN_NAME)
+    assert isinstance(plugin, _Plugin)
+    settings = plugin.current
+    if settings is None:
+        raise RuntimeError("tideloop_net: no test is running")
+    settings.active = settings.virtual_time = settings.uses_network = True
+    net = settings.network()
+    if not net.seed_globals:
+        yield net
+        return
+    with seeded_globals(net, urandom=net.urandom):
+        yield net
+
+
 @dataclasses.dataclass
 class _Settings:
     """What the loops built for the running test look like."""
@@ -159,12 +183,19 @@ class _Settings:
     virtual_time: bool
     autojump_threshold: float
     seed: int | None
+    uses_network: bool = False
     _clock: VirtualClock | None = None
+    _network: SimNetwork | None = None
 
     def clock(self) -> VirtualClock:
         if self._clock is None:
             self._clock = VirtualClock(autojump_threshold=self.autojump_threshold)
         return self._clock
+
+    def network(self) -> SimNetwork:
+        if self._network is None:
+            self._network = SimNetwork(seed=0 if self.seed is None else self.seed)
+        return self._network
 
 
 @dataclasses.dataclass
@@ -221,6 +252,7 @@ class _Plugin:
         return new_event_loop(
             virtual_time=settings.clock() if settings.virtual_time else False,
             seed=settings.seed,
+            network=settings.network() if settings.uses_network else None,
         )
 
     def _previous_new_loop(self) -> asyncio.AbstractEventLoop:
@@ -250,12 +282,15 @@ class _Plugin:
 
     def settings_for(self, item: pytest.Item, seed: int | None) -> _Settings:
         marker = item.get_closest_marker("tideloop")
-        uses_clock = "tideloop_clock" in getattr(item, "fixturenames", ())
+        fixtures = getattr(item, "fixturenames", ())
+        uses_network = "tideloop_net" in fixtures
+        uses_clock = "tideloop_clock" in fixtures or uses_network
         settings = _Settings(
             active=self.enabled or marker is not None or uses_clock,
             virtual_time=self.virtual_time or uses_clock,
             autojump_threshold=self.autojump_threshold,
             seed=seed,
+            uses_network=uses_network,
         )
         if marker is not None:
             kwargs = marker.kwargs
@@ -298,7 +333,7 @@ class _Plugin:
                         f"arguments {sorted(_MARKER_KWARGS)}"
                     )
                 wanted = True
-            elif "tideloop_clock" in getattr(item, "fixturenames", ()):
+            elif {"tideloop_clock", "tideloop_net"} & set(getattr(item, "fixturenames", ())):
                 wanted = True
         if wanted:
             self.install_policy()
