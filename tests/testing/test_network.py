@@ -250,6 +250,27 @@ def test_a_one_way_partition() -> None:
     sim_run(SimNetwork(), main)
 
 
+def test_heal_one_host_or_one_direction() -> None:
+    async def main(net: SimNetwork) -> None:
+        server = net.spawn("db", serve(80))
+        await asyncio.sleep(0)
+        reader, writer = await asyncio.open_connection("db", 80)
+        net.partition("client", "db")
+        net.partition("db", "cache")
+        writer.write(b"a\n")
+        net.heal("client", "db", oneway=True)  # requests pass, replies still held
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readline(), 1)
+        net.heal("db")  # every partition of db's
+        assert await reader.readline() == b"echo a\n"
+        assert net._cut == set()
+        writer.close()
+        await writer.wait_closed()
+        await stop(server)
+
+    sim_run(SimNetwork(), main)
+
+
 def test_reset_reaches_both_ends() -> None:
     async def main(net: SimNetwork) -> list[str]:
         outcome: list[str] = []

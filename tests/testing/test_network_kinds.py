@@ -331,6 +331,9 @@ def test_a_programs_own_sockets_connect_serve_and_accept_in_the_simulation() -> 
             listener.listen()
             ports.append(listener.getsockname()[1])
             server = await asyncio.start_server(echo, sock=listener)
+            # Adopted, it let go of the kernel's port: nothing real answers there.
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", ports[0]), timeout=5).close()
             # And one it accepts from itself, with sock_accept.
             raw = socket.socket()
             raw.setblocking(False)

@@ -26,9 +26,8 @@ hand them to the loop: aiohttp's client (through aiohappyeyeballs), anyio's
 ``create_tcp_listener``, uvicorn's ``Config.bind_socket`` (for its workers
 and gunicorn's). The loop makes them simulated when it is handed them
 (`SimNetwork.adopt`). A listening socket of that kind is bound by the
-program, in the kernel, before the loop sees it (and its fd stays the
-kernel's socket), so those tests listen on port 0: a fixed port could be
-taken on the machine.
+program, in the kernel, before the loop sees it, so those tests listen on
+port 0: a fixed port could be taken on the machine before adoption frees it.
 """
 
 from __future__ import annotations

@@ -794,16 +794,19 @@ class SimNetwork:
             self._cut.add((b, a))
         self._record("partition", a, b, "oneway" if oneway else "")
 
-    def heal(self, a: str | None = None, b: str | None = None) -> None:
-        """End the partitions between *a* and *b* (all of them if no hosts are given);
-        held messages are then delivered, in order, after a latency."""
+    def heal(self, a: str | None = None, b: str | None = None, *, oneway: bool = False) -> None:
+        """End partitions: between *a* and *b* (only *a* to *b* if *oneway*), every
+        one of *a*'s if *b* is not given, every one if neither is; held
+        messages are then delivered, in order, after a latency."""
         if a is None:
             self._cut.clear()
+        elif b is None:
+            self._cut = {pair for pair in self._cut if a not in pair}
         else:
-            self._cut.discard((a, b or ""))
-            if b is not None:
+            self._cut.discard((a, b))
+            if not oneway:
                 self._cut.discard((b, a))
-        self._record("heal", a or "*", b or "*", "")
+        self._record("heal", a or "*", b or "*", "oneway" if oneway else "")
         held, self._held = self._held, []
         for src, dst, segment in held:
             if (src.name, dst.name) in self._cut:
