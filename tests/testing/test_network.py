@@ -459,3 +459,41 @@ def test_bad_arguments() -> None:
             testing.new_event_loop(network=net)
     finally:
         loop.close()
+
+
+def test_a_hundred_hosts_and_a_thousand_connections_at_once() -> None:
+    # bench/sim_scale.py runs the same shape with 10,000 connections.
+    async def main(net: SimNetwork) -> list[int]:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(await reader.readline())
+            writer.close()
+
+        async def host() -> None:
+            server = await asyncio.start_server(echo, None, 80, backlog=100)
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                server.close()
+
+        servers = [net.spawn(f"h{i}", host()) for i in range(100)]
+        await asyncio.sleep(0.01)
+
+        async def client(i: int) -> int:
+            reader, writer = await asyncio.open_connection(f"h{i % 100}", 80)
+            await asyncio.sleep(1)  # all thousand are open now
+            writer.write(b"%d\n" % i)
+            line = await reader.readline()
+            writer.close()
+            await writer.wait_closed()
+            return int(line)
+
+        echoed = await asyncio.gather(*(client(i) for i in range(1000)))
+        for task in servers:
+            task.cancel()
+        await asyncio.gather(*servers, return_exceptions=True)
+        return list(echoed)
+
+    net = SimNetwork(seed=2)
+    assert sim_run(net, main) == list(range(1000))
+    accepted = {e[3] for e in net.log if e[1] == "accept"}
+    assert len(accepted) == 100
