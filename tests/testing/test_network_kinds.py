@@ -12,7 +12,11 @@ import asyncio
 import errno
 import os
 import socket
+import ssl
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +24,8 @@ import pytest
 
 from tideloop import testing
 from tideloop.testing import SimNetwork, SimSocket
+
+from certs import CA
 
 
 def sim_run(net: SimNetwork, main: Callable[[SimNetwork], Awaitable[Any]]) -> Any:
@@ -503,3 +509,118 @@ def test_set_link_checks_its_arguments() -> None:
         net.set_link("a", "b", latency=(0.3, 0.1))
     with pytest.raises(ValueError, match="duplicate"):
         SimNetwork(duplicate=-0.1)
+
+
+# -- TLS upgrades, and what stays real ------------------------------------------------
+
+
+def test_start_tls_upgrades_a_simulated_connection() -> None:
+    ca = CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("mail").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+
+    async def smtp(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert await reader.readline() == b"STARTTLS\n"
+        writer.write(b"go ahead\n")
+        await writer.drain()
+        await writer.start_tls(server_ctx)
+        writer.write(b"secure " + await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    async def main(net: SimNetwork) -> list[Any]:
+        async def serve() -> None:
+            server = await asyncio.start_server(smtp, None, 25)
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                server.close()
+
+        server = net.spawn("mail", serve())
+        await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("mail", 25)
+        writer.write(b"STARTTLS\n")
+        assert await reader.readline() == b"go ahead\n"
+        await writer.start_tls(client_ctx, server_hostname="mail")
+        writer.write(b"hello\n")
+        line = await reader.readline()
+        version = writer.get_extra_info("ssl_object").version()
+        writer.close()
+        await writer.wait_closed()
+        await asyncio.sleep(1)  # the server's side of the TLS shutdown, too
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+        return [line, version]
+
+    line, version = sim_run(SimNetwork(), main)
+    assert line == b"secure hello\n" and version.startswith("TLS")
+
+
+def test_real_allow_reaches_a_real_server_beside_simulated_hosts() -> None:
+    # A real server on the machine (its own thread, plain sockets), on
+    # 127.0.0.2: 127.0.0.1 means the simulated host itself.
+    listener = socket.create_server(("127.0.0.2", 0))
+    port = listener.getsockname()[1]
+
+    def real_server() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"real " + conn.recv(100))
+
+    thread = threading.Thread(target=real_server)
+    thread.start()
+
+    async def main(net: SimNetwork) -> list[Any]:
+        async def sim_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"simulated " + await reader.read(100))
+            writer.close()
+
+        async def serve() -> None:
+            server = await asyncio.start_server(sim_echo, None, 80)
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                server.close()
+
+        server = net.spawn("web", serve())
+        await asyncio.sleep(0.01)
+        replies = []
+        for host, to in (("web", 80), ("127.0.0.2", port)):
+            reader, writer = await asyncio.open_connection(host, to)
+            writer.write(b"hi")
+            replies.append(await reader.read())
+            replies.append(type(writer.get_extra_info("socket")._sock).__name__)  # type: ignore[attr-defined]
+            writer.close()
+            await writer.wait_closed()
+        # A child process and its pipes stay real too.
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "print('from a child')", stdout=subprocess.PIPE
+        )
+        out, _ = await child.communicate()
+        replies.append(out.strip())
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+        return replies
+
+    try:
+        replies = sim_run(SimNetwork(real="allow"), main)
+    finally:
+        thread.join(10)
+        listener.close()
+    assert replies == [
+        b"simulated hi",
+        "SimSocket",
+        b"real hi",
+        "socket",
+        b"from a child",
+    ]
+    # The default refuses what no host has.
+
+    async def refused(net: SimNetwork) -> None:
+        await asyncio.open_connection("127.0.0.2", port)
+
+    with pytest.raises(OSError) as caught:
+        sim_run(SimNetwork(), refused)
+    assert caught.value.errno == errno.ENETUNREACH

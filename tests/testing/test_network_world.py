@@ -197,11 +197,22 @@ def test_net_fixture(tideloop_net):
     assert now == mono == 1.0  # SYN, SYN-ACK, request, reply: 4 x 0.25 virtual s
     assert any(e[1] == "data" for e in tideloop_net.log)
     print("RANDOM", random.random())
+
+@pytest.mark.asyncio
+async def test_async_net_fixture(tideloop_net):
+    # pytest-asyncio's loop gets the network too.
+    assert await roundtrip() == b"hi\\n"
+    assert asyncio.get_running_loop().time() > 0
+    assert [e[1] for e in tideloop_net.log][:2] == ["connect", "accept"]
 """
 
 
 def test_the_tideloop_net_fixture(tmp_path: Path) -> None:
+    pytest.importorskip("pytest_asyncio")  # in the test extra: absent only by hand
     (tmp_path / "test_net.py").write_text(textwrap.dedent(FIXTURE_SUITE))
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+    )
     env = dict(os.environ, PYTHONPATH=".")
     env.pop("PYTEST_ADDOPTS", None)
 
@@ -219,7 +230,7 @@ def test_the_tideloop_net_fixture(tmp_path: Path) -> None:
     ]
     outputs = [proc.communicate(timeout=120)[0] for proc in procs]
     for output in outputs:
-        assert "1 passed" in output, output
+        assert "2 passed" in output, output
     first, again, seeded = (
         next(line for line in output.splitlines() if "RANDOM" in line) for output in outputs
     )
