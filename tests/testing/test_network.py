@@ -123,6 +123,13 @@ def test_errors_have_the_real_errno() -> None:
         with pytest.raises(OSError) as unreachable:
             await asyncio.open_connection("10.9.9.9", 80)
         assert unreachable.value.errno == errno.ENETUNREACH
+        # Ports by service name, from the simulation's own table.
+        loop = asyncio.get_running_loop()
+        info = await loop.getaddrinfo("db", "https", type=socket.SOCK_STREAM)
+        assert info[0][4] == (net.address("db"), 443)
+        with pytest.raises(socket.gaierror) as service:
+            await loop.getaddrinfo("db", "no-such-service")
+        assert service.value.errno == socket.EAI_SERVICE
 
     sim_run(SimNetwork(), main)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -600,6 +601,15 @@ def test_real_allow_reaches_a_real_server_beside_simulated_hosts() -> None:
         )
         out, _ = await child.communicate()
         replies.append(out.strip())
+        # And signals.
+        loop = asyncio.get_running_loop()
+        signalled: asyncio.Future[str] = loop.create_future()
+        loop.add_signal_handler(signal.SIGUSR1, signalled.set_result, "signal")
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            replies.append(await signalled)
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
         return replies
@@ -615,6 +625,7 @@ def test_real_allow_reaches_a_real_server_beside_simulated_hosts() -> None:
         b"real hi",
         "socket",
         b"from a child",
+        "signal",
     ]
     # The default refuses what no host has.
 

@@ -108,6 +108,24 @@ _UDP_MAX: Final = 65507
 #: Seconds a message takes, drawn uniformly from this range per message.
 DEFAULT_LATENCY: Final = (0.0005, 0.002)
 _FIRST_EPHEMERAL: Final = 49152
+#: The service names the simulated resolver knows (a port given by name).
+_SERVICES: Final = {
+    "ftp": 21,
+    "ssh": 22,
+    "smtp": 25,
+    "domain": 53,
+    "http": 80,
+    "pop3": 110,
+    "imap": 143,
+    "https": 443,
+    "submission": 587,
+    "imaps": 993,
+    "mysql": 3306,
+    "postgresql": 5432,
+    "amqp": 5672,
+    "redis": 6379,
+    "http-alt": 8080,
+}
 _LAST_PORT: Final = 65535
 
 #: Task.get_context() is new in Python 3.12.
@@ -695,8 +713,11 @@ class SimNetwork:
             port = port.decode()
         if port is None:
             port = 0
-        elif isinstance(port, str):
-            port = int(port) if port.isdigit() else socket.getservbyname(port)
+        elif isinstance(port, str) and not port.isdigit():
+            # From a table, not /etc/services: no file read on the loop's thread.
+            if port not in _SERVICES:
+                raise socket.gaierror(socket.EAI_SERVICE, "Servname not supported for ai_socktype")
+            port = _SERVICES[port]
         kinds = [
             (socket.SOCK_STREAM, socket.IPPROTO_TCP),
             (socket.SOCK_DGRAM, socket.IPPROTO_UDP),
