@@ -261,6 +261,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # around either. Composed once, here.
         wait = self._virtual_wait = clock.wait
         self._executor_jobs = 0
+        #: Called (tideloop.testing sets it, with virtual time) where the
+        #: loop would block with nothing ready, no timer and no executor job:
+        #: it may raise to report that nothing can ever happen again.
+        self._stuck_hook: Callable[[], None] | None = None
         if wait is not None:
             wait = self._wait_behind_executor_jobs
         self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
@@ -677,6 +681,12 @@ class CoreLoop(asyncio.AbstractEventLoop):
             timeout = None
         wait = self._virtual_wait
         assert wait is not None
+        if timeout is None and self._stuck_hook is not None and not self._executor_jobs:
+            # Only if a look finds nothing ready either.
+            events = wait(poll, 0.0)
+            if events:
+                return events
+            self._stuck_hook()
         return wait(poll, timeout)
 
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:

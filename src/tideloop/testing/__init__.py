@@ -46,14 +46,17 @@ from typing import Any, TypeVar
 from tideloop._loop import Loop
 from tideloop._pollers import Poller
 
+from . import _deadlock
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
+from ._deadlock import Deadlock
 from ._network import SimNetwork, SimSocket
 from ._schedule import Perturber
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
     "EPOCH",
+    "Deadlock",
     "NondeterminismError",
     "Perturber",
     "SimNetwork",
@@ -86,6 +89,9 @@ def new_event_loop(
     *network* and False without. *seed*: an int to perturb the schedule with
     a `Perturber` of that seed; None keeps tideloop's fixed order.
     *network*: a `SimNetwork` for the loop's TCP sockets and names.
+    With virtual time, a run where every task waits and nothing (no timer,
+    thread, real fd or signal) can wake them raises `Deadlock` out of the
+    loop, naming what each task awaits, instead of hanging.
     """
     if virtual_time is None:
         virtual_time = network is not None
@@ -97,7 +103,12 @@ def new_event_loop(
     else:
         clock = None
     schedule = None if seed is None else Perturber(seed)
-    return Loop(poller=poller, clock=clock, schedule=schedule, network=network)
+    loop = Loop(poller=poller, clock=clock, schedule=schedule, network=network)
+    if clock is not None:
+        # Under virtual time a run that can never wake raises Deadlock
+        # with every task's await stack, instead of hanging.
+        loop._stuck_hook = functools.partial(_deadlock.check, loop, _deadlock.threads_now())
+    return loop
 
 
 def run(

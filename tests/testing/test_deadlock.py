@@ -1,0 +1,144 @@
+"""Deadlock reports: a virtual-time run that can never wake raises, naming what each task awaits.
+
+The same programs hang forever on the stdlib loop (and on real time), so
+there is nothing of asyncio's to compare with; what is checked is that the
+report comes exactly when nothing can ever happen again, and never when a
+thread, a real fd, a signal or a timer could still wake the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+
+import pytest
+
+from tideloop import testing
+from tideloop.testing import Deadlock, SimNetwork
+
+
+async def crossed_locks() -> None:
+    lock_a, lock_b = asyncio.Lock(), asyncio.Lock()
+
+    async def one() -> None:
+        async with lock_a:
+            await asyncio.sleep(1)
+            async with lock_b:
+                pass
+
+    async def two() -> None:
+        async with lock_b:
+            await asyncio.sleep(1)
+            async with lock_a:
+                pass
+
+    await asyncio.gather(
+        asyncio.create_task(one(), name="one"), asyncio.create_task(two(), name="two")
+    )
+
+
+def test_crossed_locks_are_reported_with_every_tasks_stack() -> None:
+    with pytest.raises(Deadlock) as caught:
+        testing.run(crossed_locks(), virtual_time=True)
+    report = str(caught.value)
+    assert report.startswith("deadlock at virtual time 1.0: 3 task(s) wait")
+    for name in ("- one:", "- two:", "- Task-"):
+        assert name in report
+    # Each task's own frame: where it waits, by line.
+    assert "one" in report and "test_deadlock.py" in report
+
+
+def test_threads_that_cannot_wake_the_loop_do_not_hide_a_deadlock() -> None:
+    # A thread alive before the loop was made (a test runner's, as
+    # pytest-xdist's) and the default executor's idle worker.
+    stop = threading.Event()
+    runner_thread = threading.Thread(target=stop.wait)
+    runner_thread.start()
+
+    async def main() -> None:
+        await asyncio.to_thread(sum, [1, 2])
+        await asyncio.Event().wait()
+
+    try:
+        with pytest.raises(Deadlock, match="1 task"):
+            testing.run(main(), virtual_time=True)
+    finally:
+        stop.set()
+        runner_thread.join()
+
+
+def test_a_partition_nobody_heals_is_a_deadlock_in_the_simulation() -> None:
+    async def main(net: SimNetwork) -> None:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                writer.write(await reader.readline())
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(echo, None, 80)
+        reader, writer = await asyncio.open_connection("localhost", 80)
+        net.partition("client", "client")
+        writer.write(b"lost in the partition\n")
+        try:
+            await reader.readline()  # no timeout, and nobody calls heal()
+        finally:
+            writer.close()
+            server.close()
+
+    net = SimNetwork()
+
+    async def run() -> None:
+        await main(net)
+
+    with pytest.raises(Deadlock, match="2 task"):  # the client, and the server's handler
+        testing.run(run(), network=net)
+
+
+def test_no_report_while_a_thread_a_real_fd_or_a_signal_can_still_wake_the_loop() -> None:
+    async def woken_by_a_thread() -> str:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[str] = loop.create_future()
+        thread = threading.Timer(0.05, loop.call_soon_threadsafe, (fut.set_result, "thread"))
+        thread.start()
+        try:
+            return await fut
+        finally:
+            thread.join()
+
+    async def woken_by_a_real_fd() -> bytes:
+        a, b = socket.socketpair()
+        with a, b:
+            reader, writer = await asyncio.open_connection(sock=a)
+            threading.Timer(0.05, b.sendall, (b"real\n",)).start()
+            line = await reader.readline()
+            writer.close()
+            await writer.wait_closed()
+            return line
+
+    async def woken_by_a_signal() -> str:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[str] = loop.create_future()
+        loop.add_signal_handler(signal.SIGUSR2, fut.set_result, "signal")
+        try:
+            loop.call_soon(os.kill, os.getpid(), signal.SIGUSR2)
+            return await fut
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR2)
+
+    assert testing.run(woken_by_a_thread(), virtual_time=True) == "thread"
+    assert testing.run(woken_by_a_real_fd(), virtual_time=True) == b"real\n"
+    assert testing.run(woken_by_a_signal(), virtual_time=True) == "signal"
+
+
+def test_real_time_keeps_asyncios_behaviour() -> None:
+    # Without virtual time nothing is decided for the program: a deadlocked
+    # run waits (here, until its own timeout), as on the stdlib loop.
+    async def bounded() -> None:
+        await asyncio.wait_for(crossed_locks(), 0.2)
+
+    for run in (asyncio.run, testing.run):
+        with pytest.raises(TimeoutError):
+            run(bounded())
