@@ -265,6 +265,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         #: loop would block with nothing ready, no timer and no executor job:
         #: it may raise to report that nothing can ever happen again.
         self._stuck_hook: Callable[[], None] | None = None
+        #: Called after each callback (tideloop.testing's property checks);
+        #: while set, callbacks run one by one in _run_ready_timed, so the
+        #: fast path never looks at it. It may raise to stop the loop.
+        self._after_callback: Callable[[asyncio.Handle], None] | None = None
         if wait is not None:
             wait = self._wait_behind_executor_jobs
         self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
@@ -627,24 +631,29 @@ class CoreLoop(asyncio.AbstractEventLoop):
         debug = self._debug
         hook = self._slow_hook
         threshold = self.slow_callback_duration if hook is None else self._slow_hook_threshold
+        after = self._after_callback
         ran = slow = 0
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if handle._cancelled:
-                continue
-            ran += 1
-            start = _real_time()
-            if debug:
-                self._run_handle_debug(handle)
-            else:
-                handle._run()  # not the hot path: no inlining
-            took = _real_time() - start
-            if took >= threshold:
-                slow += 1
-                if hook is not None:
-                    self._report_slow(hook, handle, took)
-        counters.callbacks += ran
-        counters.slow_callbacks += slow
+        try:
+            for _ in range(len(ready)):
+                handle = ready.popleft()
+                if handle._cancelled:
+                    continue
+                ran += 1
+                start = _real_time()
+                if debug:
+                    self._run_handle_debug(handle)
+                else:
+                    handle._run()  # not the hot path: no inlining
+                took = _real_time() - start
+                if took >= threshold:
+                    slow += 1
+                    if hook is not None:
+                        self._report_slow(hook, handle, took)
+                if after is not None:
+                    after(handle)
+        finally:
+            counters.callbacks += ran
+            counters.slow_callbacks += slow
 
     def _run_handle_debug(self, handle: asyncio.Handle) -> None:
         try:
@@ -931,7 +940,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def set_metrics(self, *, detailed: bool) -> None:
         """Time every callback (exact ``slow_callbacks``), or only each run phase."""
         self._metrics_detailed = bool(detailed)
-        self._timed = self._metrics_detailed or self._slow_hook is not None
+        self._retime()
 
     def set_slow_callback_hook(self, hook: SlowCallbackHook | None, threshold: float = 0.1) -> None:
         """Call ``hook(SlowCallback)`` after each callback that ran *threshold* s or more.
@@ -946,7 +955,19 @@ class CoreLoop(asyncio.AbstractEventLoop):
             raise ValueError(f"threshold must be >= 0, got {threshold!r}")
         self._slow_hook = hook
         self._slow_hook_threshold = float(threshold)
-        self._timed = self._metrics_detailed or hook is not None
+        self._retime()
+
+    def _set_after_callback(self, check: Callable[[asyncio.Handle], None] | None) -> None:
+        """Call *check(handle)* after every callback (None: stop)."""
+        self._after_callback = check
+        self._retime()
+
+    def _retime(self) -> None:
+        self._timed = (
+            self._metrics_detailed
+            or self._slow_hook is not None
+            or self._after_callback is not None
+        )
 
     # ------------------------------------------------------------------
     # Futures and tasks

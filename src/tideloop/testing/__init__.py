@@ -25,6 +25,9 @@ the duration of a simulated run, and undone after it.
   module docstring is the exact model.
 - `SimNetwork` (``_network``): hosts, simulated TCP, UDP and Unix
   sockets, latency and faults; its module docstring is the exact model.
+- `Deadlock` (``_deadlock``), `always`, `eventually` (``_properties``): a
+  virtual-time run that can never wake is reported with every task's await
+  chain; properties checked after every callback.
 - `sometimes`, `seeded_globals`, `check_determinism` (``_world``): fault
   points in a test's own code, the process-wide sources of chance and time
   a simulated run seeds, and the check that a seed replays.
@@ -51,6 +54,7 @@ from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
 from ._network import SimNetwork, SimSocket
+from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
@@ -59,12 +63,15 @@ __all__ = [
     "Deadlock",
     "NondeterminismError",
     "Perturber",
+    "PropertyViolation",
     "SimNetwork",
     "SimSocket",
     "VirtualClock",
     "allow_tideloop",
+    "always",
     "check_determinism",
     "current_clock",
+    "eventually",
     "new_event_loop",
     "run",
     "seeded_globals",

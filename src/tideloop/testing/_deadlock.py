@@ -73,6 +73,8 @@ def check(loop: Loop, baseline: frozenset[int] = frozenset()) -> None:
     if any(sig != signal.SIGINT for sig in handlers):
         return
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    # Reported once: the cleanup that follows (cancelling the tasks) may block as it likes.
+    loop._stuck_hook = None
     raise Deadlock(report(tasks, loop.time()))
 
 
