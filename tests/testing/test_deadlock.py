@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 import threading
 
 import pytest
@@ -128,6 +129,20 @@ def test_no_report_while_a_thread_a_real_fd_or_a_signal_can_still_wake_the_loop(
         finally:
             loop.remove_signal_handler(signal.SIGUSR2)
 
+    async def woken_by_a_child_exiting() -> int:
+        # Its pipe closes first: then only the loop's own watch of the child
+        # (a pidfd) is left to wake it.
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            "import os, time; os.close(1); time.sleep(0.3)",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert child.stdout is not None
+        assert await child.stdout.read() == b""
+        return await child.wait()
+
+    assert testing.run(woken_by_a_child_exiting(), virtual_time=True) == 0
     assert testing.run(woken_by_a_thread(), virtual_time=True) == "thread"
     assert testing.run(woken_by_a_real_fd(), virtual_time=True) == b"real\n"
     assert testing.run(woken_by_a_signal(), virtual_time=True) == "signal"

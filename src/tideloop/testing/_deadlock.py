@@ -16,9 +16,11 @@ means the loop just waits, as before:
   call ``call_soon_threadsafe``); the threads alive then (a test runner's:
   pytest-xdist, pytest-timeout) and the idle workers of the loop's default
   executor do not count;
-- a real fd is registered by the program (a socket, pipe or child process
-  of the real world may yet become ready); simulated sockets do not count,
-  since a `SimNetwork` delivers only through timers;
+- a real fd is registered, by the program or by the loop for it (a
+  socket, a pipe, a child process's pidfd may yet become ready); only the
+  loop's waker (written by threads, above) and signal pipe (below) and
+  simulated sockets (a `SimNetwork` delivers only through timers) do not
+  count;
 - a signal handler other than the one ``asyncio.Runner`` installs for
   SIGINT.
 
@@ -67,7 +69,12 @@ def check(loop: Loop, baseline: frozenset[int] = frozenset()) -> None:
             return
     network = getattr(loop, "_network", None)
     simulated = network._by_fd if isinstance(network, SimNetwork) else {}
-    if any(fd not in simulated for fd in loop._fds.user_fds()):
+    # Every registered fd may yet fire (a child's pidfd is the loop's own
+    # registration, and a child's exit wakes it) except the waker, which
+    # only a thread writes, and the signal pipe, decided below.
+    fds = loop._fds
+    own = {loop._waker.fileno(), loop._signals._sig_rfd}
+    if any(fd not in simulated and fd not in own for fd in fds.readers.keys() | fds.writers.keys()):
         return
     handlers = loop._signals.handlers
     if any(sig != signal.SIGINT for sig in handlers):
