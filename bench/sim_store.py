@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 #: The store lives with the tests that use it; it imports no simulator.
 STORE_DIR = Path(__file__).resolve().parent.parent / "tests" / "testing"
@@ -186,10 +187,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = sim_store.run_tideloop(seed, stale_reads=not args.control, perturb=args.perturb)
         return outcome.failure
 
+    return measure_and_report(
+        run, "tideloop SimNetwork", {"stale_reads": not args.control, "perturb": args.perturb}, args
+    )
+
+
+def measure_and_report(
+    run: Callable[[int], str | None], simulator: str, options: dict[str, Any], args: Any
+) -> int:
+    """`measure` *run* as the command line *args* ask, print the report, save it if asked."""
     m = measure(
         run,
-        simulator="tideloop SimNetwork",
-        options={"stale_reads": not args.control, "perturb": args.perturb},
+        simulator=simulator,
+        options=options,
         schedules=args.schedules,
         bases=BASES[: args.bases],
         limit=args.limit,

@@ -52,7 +52,7 @@ if __package__ in (None, ""):  # run as a script: python bench/sim_store_simloom
 
 import simloom
 
-from bench.sim_store import BASES, arguments, import_store, measure, report, save
+from bench.sim_store import arguments, import_store, measure_and_report
 
 import_store()
 import sim_store  # noqa: E402 (after import_store put tests/testing on the path)
@@ -119,19 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run(seed: int) -> str | None:
         return run_simloom(seed, stale_reads=not args.control, scheduler=args.scheduler)[0]
 
-    m = measure(
+    return measure_and_report(
         run,
-        simulator=f"simloom {simloom.__version__}",
-        options={"stale_reads": not args.control, "scheduler": args.scheduler or "random"},
-        schedules=args.schedules,
-        bases=BASES[: args.bases],
-        limit=args.limit,
-        progress=not args.quiet,
+        f"simloom {simloom.__version__}",
+        {"stale_reads": not args.control, "scheduler": args.scheduler or "random"},
+        args,
     )
-    print(report(m))
-    if args.json:
-        save(m, args.json)
-    return 0
 
 
 if __name__ == "__main__":
