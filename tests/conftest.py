@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import pytest
 
 from divergences import DIVERGENCES
-from loopwatch import FACTORIES, TIDELOOP_FACTORIES, LoopFactory, LoopWatch
+from loopwatch import FACTORIES, TIDELOOP_FACTORIES, LoopFactory, LoopWatch, finish
 
 T = TypeVar("T")
 
@@ -141,16 +141,7 @@ def loop(loop_factory: LoopFactory) -> Iterator[asyncio.AbstractEventLoop]:
     try:
         yield loop
     finally:
-        if not loop.is_closed():
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
-            assert not pending, f"test left tasks pending: {pending}"
+        finish(loop)
 
 
 def run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

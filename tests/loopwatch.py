@@ -67,3 +67,22 @@ class LoopWatch:
         loop.call_exception_handler = call_exception_handler  # type: ignore[method-assign]
         loop.close = close  # type: ignore[method-assign]
         return loop
+
+
+def finish(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a test's *loop* as asyncio.run does, failing if it had tasks pending.
+
+    The pending tasks are cancelled and awaited first, so that a failing
+    test leaves nothing running behind it.
+    """
+    if loop.is_closed():
+        return
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
+    assert not pending, f"test left tasks pending: {pending}"
