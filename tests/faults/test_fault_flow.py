@@ -140,6 +140,8 @@ def test_peer_stops_reading(fault_loop: asyncio.AbstractEventLoop) -> None:
         await peer.lost
         server.close()
         await server.wait_closed()
+        # The figures docs/reliability.md quotes (pytest -s shows them).
+        print(f"\npaused reader, {type(loop).__module__}: {figures}")
         assert reader.at_eof() or not reader._buffer  # type: ignore[attr-defined]
         assert max_buffered <= high + chunk, (max_buffered, high)
         assert figures["rss_growth_mib"] < 64, figures
