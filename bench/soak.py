@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import json
 import os
@@ -112,6 +113,18 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _pypy_memory() -> dict[str, int] | None:
+    """PyPy's own account (KiB): live GC memory, raw mallocs, JIT machine code."""
+    if sys.implementation.name != "pypy":
+        return None
+    raw = gc.get_stats()._s  # type: ignore[call-arg]  # PyPy's, not CPython's list
+    return {
+        "gc_kib": raw.total_gc_memory // 1024,
+        "rawmalloced_kib": raw.total_rawmalloced_memory // 1024,
+        "jit_kib": raw.jit_backend_used // 1024,
+    }
+
+
 def new_loop(name: str) -> asyncio.AbstractEventLoop:
     """The loop called *name*: asyncio, uvloop, tideloop or tideloop-POLLER."""
     if name == "asyncio":
@@ -143,8 +156,10 @@ class _Soak:
         loop: asyncio.AbstractEventLoop,
         tls: tuple[ssl.SSLContext, ssl.SSLContext] | None,
         seed: int,
+        collect: bool = False,
     ) -> None:
         self.loop = loop
+        self.collect = collect
         self.tls = tls
         self.rng = random.Random(seed)
         self.ops: dict[str, int] = {}
@@ -354,6 +369,8 @@ class _Soak:
         start = loop.time()
         try:
             while True:
+                if self.collect:
+                    gc.collect()
                 t = loop.time() - start
                 sample: dict[str, Any] = {
                     "t": round(t, 3),
@@ -362,6 +379,9 @@ class _Soak:
                     "tasks": len(asyncio.all_tasks()),
                     "ops": dict(self.ops),
                 }
+                pypy = _pypy_memory()
+                if pypy is not None:
+                    sample["pypy"] = pypy
                 if metrics is not None:
                     m = metrics()
                     sample["metrics"] = {
@@ -408,6 +428,7 @@ def soak(
     interval: float = 1.0,
     tls: tuple[ssl.SSLContext, ssl.SSLContext] | bool | None = True,
     seed: int = 0,
+    collect: bool = False,
     on_sample: Callable[[dict[str, Any]], None] = lambda sample: None,
 ) -> SoakResult:
     """Run the soak for *duration* seconds on a fresh loop called *loop_name*.
@@ -415,13 +436,16 @@ def soak(
     *warmup* (default: a third of the run, at most 60 s) is left out of the
     slopes. *tls* is a (server, client) context pair, True to make one with
     the openssl tool (`bench.workloads._tls`), or None/False for no TLS.
+    *collect* runs a full garbage collection before each sample, which tells
+    growth that is garbage not yet collected (PyPy collects late) from
+    memory that is still referenced.
     """
     if warmup is None:
         warmup = min(60.0, duration / 3)
     contexts = _tls_contexts() if tls is True else (tls or None)
     loop = new_loop(loop_name)
     try:
-        state = _Soak(loop, contexts, seed)
+        state = _Soak(loop, contexts, seed, collect)
         samples = loop.run_until_complete(state.run(duration, interval, on_sample))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
@@ -482,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=None, help="seconds left out of slopes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-tls", action="store_true", help="leave the TLS workers out")
+    parser.add_argument(
+        "--collect", action="store_true", help="gc.collect() before each sample (PyPy: see soak())"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON of every sample")
     parser.add_argument("--chart", type=Path, default=None, help="PNG of RSS, fds, tasks")
     args = parser.parse_args(argv)
@@ -501,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             args.warmup,
             tls=not args.no_tls,
             seed=args.seed,
+            collect=args.collect,
             on_sample=progress,
         )
         print(result.summary())

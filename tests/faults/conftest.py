@@ -21,30 +21,21 @@ kept visible, not weakened away, and the mark must go once it is fixed.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import ssl
 from collections.abc import Iterator
 
 import pytest
+from fault_support import FAULT_FACTORIES, HAVE_UVLOOP
 
 import certs
-from loopwatch import FACTORIES, LoopFactory, LoopWatch, finish
+from loopwatch import LoopWatch, finish
 
-HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
-
-
-def _uvloop_factory() -> asyncio.AbstractEventLoop:
-    import uvloop
-
-    return uvloop.new_event_loop()
-
-
-FAULT_FACTORIES: dict[str, LoopFactory] = dict(FACTORIES)
 if HAVE_UVLOOP:
-    FAULT_FACTORIES["uvloop"] = _uvloop_factory
     # libuv opens a process-wide pipe (its signal pipe) with the first loop
     # and keeps it: open it now, or the first uvloop test "leaks" two fds.
-    _uvloop_factory().close()
+    import uvloop
+
+    uvloop.new_event_loop().close()
 
 
 def pytest_configure(config: pytest.Config) -> None:

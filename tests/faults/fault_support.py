@@ -11,13 +11,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import importlib.util
 import os
 import socket
 import struct
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
+from loopwatch import FACTORIES, LoopFactory
+
 T = TypeVar("T")
+
+HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
+
+
+def _uvloop_factory() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    return uvloop.new_event_loop()
+
+
+#: The loops the fault tests run on: the root conftest's, and uvloop where installed.
+FAULT_FACTORIES: dict[str, LoopFactory] = dict(FACTORIES)
+if HAVE_UVLOOP:
+    FAULT_FACTORIES["uvloop"] = _uvloop_factory
 
 #: Bound on any single run of a test's main coroutine: a hang fails fast.
 WAIT = 30.0

@@ -107,8 +107,8 @@ def open_fds():
 
 
 def child_env() -> dict[str, str]:
-    """The environment of a child interpreter: tideloop's sources and fault_support importable."""
-    path = [str(SRC), str(HERE), os.environ.get("PYTHONPATH", "")]
+    """A child interpreter's environment: tideloop's sources, fault_support and its imports."""
+    path = [str(SRC), str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 

@@ -1042,6 +1042,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._exception_handler = handler
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:
+        # asyncio's first touch of *context* is .get(): a context that is
+        # not a dict fails with its AttributeError, here too.
+        context.get("message")
         current = self._current_handle
         if (
             "source_traceback" not in context and current is not None and current._source_traceback  # type: ignore[attr-defined]

@@ -171,8 +171,9 @@ class Resolver:
             return await loop.run_in_executor(
                 None, self._getaddrinfo_debug, host, port, family, type, proto, flags
             )
-        if _is_literal_ip(host) and _is_numeric_port(port):
-            # Cannot block (see the module docstring): no thread hop.
+        if _is_literal_ip(host) and _is_numeric_port(port) and isinstance(flags, int):
+            # Cannot block (see the module docstring): no thread hop. (Flags
+            # that are not an int go the executor's way, to fail as there.)
             return socket.getaddrinfo(host, port, family, type, proto, flags | _NUMERIC_FLAGS)
         return await loop.run_in_executor(
             None, socket.getaddrinfo, host, port, family, type, proto, flags

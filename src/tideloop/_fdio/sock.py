@@ -319,6 +319,7 @@ class SockMethods(CoreLoop):
 
     async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, _Address]:
         self._check_sock(sock)
+        sock.fileno()  # asyncio asks first: what is not a socket fails the same way
         try:
             conn, address = sock.accept()
             conn.setblocking(False)

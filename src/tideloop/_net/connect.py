@@ -274,6 +274,11 @@ class ConnectMethods(TransportMethods):
         exceptions: list[list[OSError]],
     ) -> socket.socket | None:
         """RFC 8305 connection attempts; the first socket to connect, or None."""
+        try:
+            delay <= 0  # noqa: B015 (asyncio's race compares it: a type that cannot, fails)
+        except TypeError:
+            await _fail_as_staggered_race(self, delay)
+            raise
         attempts: list[asyncio.Task[socket.socket]] = []
         winner: socket.socket | None = None
         try:
@@ -396,6 +401,23 @@ class ConnectMethods(TransportMethods):
             sock_info = transport.get_extra_info("socket")
             logger.debug("%r handled: (%r, %r)", sock_info, transport, protocol)
         return transport, protocol
+
+
+async def _fail_as_staggered_race(loop: asyncio.AbstractEventLoop, delay: Any) -> None:
+    """Raise what asyncio's happy-eyeballs race raises for a *delay* it cannot compare.
+
+    That differs between patch releases (a TypeError from ``wait_for``, or,
+    since a 3.13 patch release, an ExceptionGroup "staggered race failed"
+    holding it), so asyncio's own race is run, over two attempts that fail
+    at once, to raise exactly what this Python's does. Returns if it raises
+    nothing (the caller then raises the TypeError).
+    """
+    from asyncio import staggered
+
+    async def attempt() -> None:
+        raise OSError("no connection attempted")
+
+    await staggered.staggered_race([attempt, attempt], delay, loop=loop)
 
 
 def _first_success(attempts: Iterable[asyncio.Task[socket.socket]]) -> socket.socket | None:

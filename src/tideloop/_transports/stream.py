@@ -134,6 +134,15 @@ def _stdlib_write_type_error() -> str:
 
 _WRITE_TYPE_ERROR: Final = _stdlib_write_type_error()
 
+#: How writelines() names itself when it refuses: 3.12 gave asyncio's socket
+#: transport a writelines() of its own; before, it is WriteTransport's, which
+#: joins the data and calls write(), so the messages name write().
+_WRITELINES: Final = (
+    "writelines"
+    if "writelines" in vars(asyncio.selector_events._SelectorSocketTransport)  # type: ignore[attr-defined]
+    else "write"
+)
+
 
 def set_nodelay(sock: socket.socket) -> None:
     if (
@@ -359,9 +368,9 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         if self._eof:
-            raise RuntimeError("Cannot call writelines() after write_eof()")
+            raise RuntimeError(f"Cannot call {_WRITELINES}() after write_eof()")
         if self._empty_waiter is not None:
-            raise RuntimeError("unable to writelines; sendfile is in progress")
+            raise RuntimeError(f"unable to {_WRITELINES}; sendfile is in progress")
         chunks: list[bytes | bytearray | memoryview] = []
         size = 0
         for item in list_of_data:
