@@ -45,5 +45,7 @@ def test_soak_30s(
     assert growth_mib < 24, (growth_mib, result.summary())
     if soak_loop.startswith("tideloop"):
         last = after[-1]["metrics"]
-        assert last["executor_pending"] <= 1, last
+        # The executor worker's digest and a child being started (tideloop
+        # starts children on a thread of its own) may both be in flight.
+        assert last["executor_pending"] <= 2, last
         assert last["timers"] < 200, last
