@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from asyncio import base_events, base_subprocess, selector_events, sslproto
+from asyncio import base_events, base_subprocess, selector_events, sslproto, unix_events
 from dataclasses import dataclass
 
 # Where the stdlib changed in a patch release, whether the running Python has
@@ -94,10 +94,12 @@ def _stores(func: object, name: str) -> int:
     """How many times *func*'s code assigns the local *name*."""
     import dis
 
-    return sum(
-        1
-        for i in dis.get_instructions(func)  # type: ignore[arg-type]
-        if i.opname.startswith("STORE_FAST") and name in str(i.argval)
+    return len(
+        [
+            i
+            for i in dis.get_instructions(func)  # type: ignore[arg-type]
+            if i.opname.startswith("STORE_FAST") and name in str(i.argval)
+        ]
     )
 
 
@@ -112,7 +114,7 @@ STDLIB_START_TLS_TAKES_BUFFER = "_stream_reader" in _names(base_events.BaseEvent
 #: Does the TLS shutdown timeout stay armed (or start, when the peer began the
 #: shutdown) until the connection is lost (3.14)?
 STDLIB_TLS_SHUTDOWN_TIMEOUT_UNTIL_CLOSED = "call_later" in _names(
-    sslproto.SSLProtocol._on_shutdown_complete
+    sslproto.SSLProtocol._on_shutdown_complete  # type: ignore[attr-defined]
 )
 #: When connecting a new child's pipes fails, does asyncio close the child's
 #: pipes (3.14: ``for raw_pipe in (proc.stdin, ...)``)?
@@ -125,6 +127,16 @@ STDLIB_DATAGRAM_HEADER_FIXED = hasattr(
     selector_events._SelectorDatagramTransport,  # type: ignore[attr-defined]
     "_header_size",
 )
+#: Does the socket transport's writelines() drop data given once the
+#: connection is lost (gh-136234)? Before 3.12 it is WriteTransport's, which
+#: joins and calls write(), which drops it; 3.12's own has no such check
+#: (fixed in later 3.13 releases).
+STDLIB_WRITELINES_DROPS_WHEN_LOST = "writelines" not in vars(
+    selector_events._SelectorSocketTransport  # type: ignore[attr-defined]
+) or "_conn_lost" in _names(selector_events._SelectorSocketTransport.writelines)  # type: ignore[attr-defined]
+#: Has the stdlib's read-pipe transport an abort() (it has none: abort()
+#: belongs to WriteTransport)?
+STDLIB_READ_PIPE_ABORT = hasattr(unix_events._UnixReadPipeTransport, "abort")  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,9 @@ class Divergence:
     #: marked with this divergence run on the stdlib loop too (conftest.py),
     #: so they show that the two agree there.
     holds: bool = True
+    #: The loops that differ, as named in loopwatch.FACTORIES (name prefixes):
+    #: tideloop with every poller, unless a poller is named.
+    loops: tuple[str, ...] = ("tideloop",)
 
 
 DIVERGENCES: dict[str, Divergence] = {
@@ -207,6 +222,20 @@ DIVERGENCES: dict[str, Divergence] = {
         why="asyncio's failure happens while pushing onto the heap and can leave a broken "
         "entry behind that breaks every later timer; failing early loses nothing.",
     ),
+    # fd callbacks
+    "poll-accepts-fd-not-open": Divergence(
+        what="With the poll poller, add_reader()/add_writer() of an fd that is not open "
+        "succeed (poll() reports the fd as POLLNVAL, a readiness event, when the loop next "
+        "polls), as they do on asyncio's own loop with a selectors.PollSelector; the stdlib "
+        "loop's default (epoll) selector, and tideloop's epoll poller, raise OSError(EBADF) "
+        "at the call.",
+        why="The poll poller keeps its fds in a table of its own and hands the table to "
+        "poll(), as PollSelector does: nothing asks the kernel about an fd at registration. "
+        "A check there (fcntl) would cost a system call per registration and make the poller "
+        "differ from PollSelector, which the conformance suite pairs it with "
+        "(test_closed_fd_registration).",
+        loops=("tideloop-poll",),
+    ),
     # Networking
     "accept-out-of-resources": Divergence(
         what="When accept() fails with EMFILE/ENFILE/ENOBUFS/ENOMEM, the server reports it "
@@ -245,6 +274,16 @@ DIVERGENCES: dict[str, Divergence] = {
         why="Flow control must not depend on which write method was used; 3.11 pauses too.",
         versions="3.12, 3.13 releases before the fix",
         holds=sys.version_info >= (3, 12) and not STDLIB_WRITELINES_PAUSES,
+    ),
+    "writelines-after-connection-lost": Divergence(
+        what="writelines() on a TCP or Unix transport whose connection is lost drops the data, "
+        "as write() does; asyncio 3.12's keeps it in the buffer (get_write_buffer_size() "
+        "stays above 0 for good) and raises: TypeError ('NoneType' object is not callable) "
+        "once the transport was closed, AttributeError (no '_add_writer') after an abort.",
+        why="A stdlib bug (gh-136234: its writelines() has no check for a lost connection); "
+        "3.11, whose writelines() calls write(), and later 3.13 releases drop the data.",
+        versions="3.12 (3.12.1 here), 3.13 releases before gh-136234",
+        holds=not STDLIB_WRITELINES_DROPS_WHEN_LOST,
     ),
     "getaddrinfo-literal-inline": Divergence(
         what="loop.getaddrinfo() for a literal IP address with a numeric port calls "
@@ -311,6 +350,29 @@ DIVERGENCES: dict[str, Divergence] = {
         what="Server.start_serving() on a closed server does nothing; asyncio raises "
         "TypeError ('NoneType' object is not iterable) from its internals.",
         why="The TypeError is an accident of asyncio's implementation, not an API.",
+    ),
+    # Pipes
+    "read-pipe-abort": Divergence(
+        what="Read-pipe transports (connect_read_pipe()) have abort(): it stops reading, "
+        "closes the pipe and calls connection_lost(None), as close() does; asyncio's "
+        "_UnixReadPipeTransport has no abort() (AttributeError), as abort() belongs to "
+        "WriteTransport.",
+        why="abort() comes with the transport base that tideloop's pipe and socket transports "
+        "share; an extra method cannot break a program written for asyncio, and code that "
+        "aborts whatever transport it holds (getattr(t, 'abort', t.close)) gets the same "
+        "result either way.",
+        holds=not STDLIB_READ_PIPE_ABORT,
+    ),
+    "write-pipe-abort-when-closing": Divergence(
+        what="abort() on a write-pipe transport that is already closing does nothing, and "
+        "connection_lost() is called once. asyncio's schedules its connection_lost "
+        "callback again, which fails with AttributeError ('NoneType' object has no attribute "
+        "'connection_lost') in the exception handler; once connection_lost() has run, "
+        "abort() itself raises AttributeError (no '_remove_reader').",
+        why="A stdlib bug (abort() calls _close() without checking _closing): asyncio's "
+        "contract is one connection_lost() per transport, and its socket transports (and "
+        "uvloop's pipes) make abort() of a closing transport do nothing.",
+        versions="all (3.11-3.15 and PyPy 3.11 here)",
     ),
     # Datagrams and subprocesses
     "zero-length-datagrams": Divergence(

@@ -15,6 +15,7 @@ import gc
 import io
 import os
 import random
+import selectors
 import signal
 import socket
 import ssl
@@ -1046,6 +1047,91 @@ def check_child_starts_off_loop() -> None:
         loop.close()
 
 
+def check_poll_accepts_fd_not_open() -> None:
+    not_open = 10**6  # above any fd this process has open
+    loop = stdlib_loop()  # its default selector: epoll on Linux
+    try:
+        with pytest.raises(OSError):
+            loop.add_reader(not_open, lambda: None)
+    finally:
+        loop.close()
+    # What tideloop's poll poller does is what asyncio does with a PollSelector.
+    poll_loop = asyncio.SelectorEventLoop(selectors.PollSelector())
+    try:
+        poll_loop.add_reader(not_open, lambda: None)
+        assert poll_loop.remove_reader(not_open)
+    finally:
+        poll_loop.close()
+
+
+def check_writelines_after_connection_lost() -> None:
+    loop = stdlib_loop()
+    a, b = socket.socketpair()
+
+    async def main() -> None:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        transport.abort()
+        await asyncio.sleep(0)  # connection_lost()
+        with pytest.raises((TypeError, AttributeError)):
+            transport.writelines([b"x"])
+        assert transport.get_write_buffer_size() == 1  # asyncio 3.12: kept for good
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        b.close()
+
+
+def check_read_pipe_abort() -> None:
+    r, w = os.pipe()
+    loop = stdlib_loop()
+
+    async def main() -> None:
+        pipe = os.fdopen(r, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(asyncio.Protocol, pipe)
+        try:
+            assert not hasattr(transport, "abort")
+        finally:
+            transport.close()
+            await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        os.close(w)
+
+
+def check_write_pipe_abort_when_closing() -> None:
+    r, w = os.pipe()
+    loop = stdlib_loop()
+    errors: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+    lost: list[BaseException | None] = []
+
+    class P(asyncio.Protocol):
+        def connection_lost(self, exc: BaseException | None) -> None:
+            lost.append(exc)
+
+    async def main() -> None:
+        transport, _ = await loop.connect_write_pipe(P, os.fdopen(w, "wb", buffering=0))
+        transport.close()
+        transport.abort()  # asyncio: schedules connection_lost() once more
+        for _ in range(3):
+            await asyncio.sleep(0)
+        with pytest.raises(AttributeError):
+            transport.abort()  # asyncio: after connection_lost(), AttributeError
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        os.close(r)
+    assert lost == [None]
+    assert [type(e) for e in errors] == [AttributeError]  # the second connection_lost()
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "wakeup-fd-restored": check_wakeup_fd_restored,
     "equal-deadline-fifo": check_equal_deadline_fifo,
@@ -1086,6 +1172,10 @@ CHECKS: dict[str, Callable[[], None]] = {
     "tls-shutdown-timeout-until-closed": check_tls_shutdown_timeout_until_closed,
     "start-tls-buffered-data": check_start_tls_buffered_data,
     "failed-tls-no-refcycles": check_failed_tls_no_refcycles,
+    "poll-accepts-fd-not-open": check_poll_accepts_fd_not_open,
+    "writelines-after-connection-lost": check_writelines_after_connection_lost,
+    "read-pipe-abort": check_read_pipe_abort,
+    "write-pipe-abort-when-closing": check_write_pipe_abort_when_closing,
 }
 
 

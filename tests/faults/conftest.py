@@ -16,6 +16,12 @@ strict expected failure on the loops whose name starts with one of the given
 prefixes only: a difference from the stdlib loop found by a fault test is
 kept visible, not weakened away, and the mark must go once it is fixed.
 ``run=False`` (for a loop on which the test hangs) does not run it there.
+
+A difference of tideloop's own that is deliberate is registered in
+`divergences.py` instead, and its test is marked
+``@pytest.mark.divergence(key)`` as elsewhere; but here it runs on every
+fault loop and asserts what each does (tideloop's behaviour on the loops the
+entry names, the stdlib's on its loop where the entry holds).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import pytest
 from fault_support import FAULT_FACTORIES, HAVE_UVLOOP
 
 import certs
+from divergences import DIVERGENCES
 from loopwatch import LoopWatch, finish
 
 if HAVE_UVLOOP:
@@ -48,6 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "fault_loop_name" in metafunc.fixturenames:
         metafunc.parametrize("fault_loop_name", list(FAULT_FACTORIES))
+        # A divergence test runs on every fault loop here (it asserts each
+        # loop's behaviour itself); its key must still be registered.
+        marker = metafunc.definition.get_closest_marker("divergence")
+        if marker is not None:
+            assert marker.args[0] in DIVERGENCES, f"unknown divergence {marker.args[0]!r}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -50,34 +50,37 @@ Calls not made, where the stdlib loop cannot be the oracle:
   went away, or the test closed or aborted it): the stdlib's schedules its
   connection_lost() callback once more, which fails with AttributeError in
   the exception handler, or, once connection_lost() has run, raises
-  AttributeError itself (a stdlib bug, 3.11 to 3.15:
-  test_write_pipe_abort_when_closing);
+  AttributeError itself (a stdlib bug, 3.11 to 3.15: divergence
+  "write-pipe-abort-when-closing", test_write_pipe_abort_when_closing);
 - set_write_buffer_limits() on a TLS transport that is closing: once its
   connection is lost, the stdlib's asks the protocol it has dropped to
   pause writing, AttributeError in the exception handler (a stdlib bug that
   tideloop and uvloop share: test_tls_limits_after_connection_lost);
 - writelines() on a TCP or Unix transport that is closing, where the
   stdlib's writelines() does not drop data once the connection is lost
-  (3.12.1: test_writelines_after_connection_lost);
+  (3.12: divergence "writelines-after-connection-lost",
+  test_writelines_after_connection_lost);
 - reset of a transport that is closing (its socket is closed, or about to be);
 - abort() on a read pipe transport: the stdlib's has none (AttributeError;
-  test_read_pipe_abort).
+  divergence "read-pipe-abort", test_read_pipe_abort).
 
 Whether a transport is closing yet can depend on how many iterations a loop
 took to see its peer's close, so such a skipped call matches any outcome.
 
 Differences found, each pinned by a test of its own at the end of this
-module (a strict expected failure on the loops that differ; the fuzzer lets
-exactly the outcomes of KNOWN_DIFFERENCES through, and makes none of the
-calls above): before 3.12, writelines() after write_eof() names writelines()
-in its error on uvloop, write() on the stdlib (and on tideloop, which did as
-uvloop until this test found it); tideloop's read
-pipe transport has an abort(), the stdlib's none; abort() of a closing write
-pipe and writelines() after connection_lost() (3.12.1) are stdlib bugs that
-tideloop does not copy (strict expected failures on the stdlib loop, where
-the test asserts asyncio's contract); uvloop raises RuntimeError from calls
-on a closed transport, and from write() after write_eof() on a pipe, where
-the stdlib drops the data.
+module (the fuzzer lets exactly the outcomes of KNOWN_DIFFERENCES through,
+and makes none of the calls above). uvloop's are strict expected failures
+there: before 3.12, writelines() after write_eof() names writelines() in its
+error on uvloop, write() on the stdlib (and on tideloop, which did as uvloop
+until this test found it); uvloop raises RuntimeError from calls on a closed
+transport, and from write() after write_eof() on a pipe, where the stdlib
+drops the data. tideloop's are registered divergences (tests/divergences.py),
+whose tests assert what each loop does, the stdlib's loop included wherever
+the entry holds: tideloop's read pipe transport has an abort(), the
+stdlib's none ("read-pipe-abort"); abort() of a closing write pipe
+("write-pipe-abort-when-closing") and writelines() after connection_lost()
+on 3.12 ("writelines-after-connection-lost") are stdlib bugs that tideloop
+does not copy.
 
 Examples are derandomized, the same on every run; the stdlib loop's outcome
 for a sequence is computed once per process and reused.
@@ -86,6 +89,7 @@ for a sequence is computed once per process and reused.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import re
@@ -102,6 +106,7 @@ from fault_support import FAULT_FACTORIES, run
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from divergences import DIVERGENCES, STDLIB_WRITELINES_DROPS_WHEN_LOST
 from loopwatch import LoopFactory, finish, registered_fds
 
 LOOPS = FAULT_FACTORIES
@@ -260,7 +265,7 @@ PIPE_WRITER: dict[str, Any] = {
     "can_abort": True,
     "kind": "pipe",
 }
-#: A read pipe transport has no abort() in asyncio (test_read_pipe_has_no_abort).
+#: A read pipe transport has no abort() in asyncio (divergence "read-pipe-abort").
 PIPE_READER: dict[str, Any] = {
     "can_write": False,
     "can_read": True,
@@ -275,12 +280,8 @@ SOCKET_SIDE: dict[str, Any] = {"can_write": True, "can_read": True, "can_abort":
 #: names write().
 STDLIB_OWN_WRITELINES = "writelines" in vars(selector_events._SelectorSocketTransport)  # type: ignore[attr-defined]
 #: Does the stdlib's writelines() drop the data once the connection is lost?
-#: Its own writelines() in early 3.12 releases (3.12.1 here) has no such
-#: check: it buffers the data and registers a writer for the closed socket's
-#: fd number.
-STDLIB_WRITELINES_DROPS = not STDLIB_OWN_WRITELINES or "_conn_lost" in (
-    selector_events._SelectorSocketTransport.writelines.__code__.co_names  # type: ignore[attr-defined]
-)
+#: 3.12's own writelines() keeps it (divergence "writelines-after-connection-lost").
+STDLIB_WRITELINES_DROPS = STDLIB_WRITELINES_DROPS_WHEN_LOST
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+|fd=\d+|\[Errno \d+\]")
 
@@ -660,9 +661,13 @@ def test_fuzz_transport_pair(
 
 # ----------------------------------------------------------------------
 # The differences the fuzzer found, pinned one by one (KNOWN_DIFFERENCES and
-# the calls the fuzzer does not make): each test asserts what the stdlib loop
-# does (or, for a stdlib bug, asyncio's documented contract) and is a strict
-# expected failure on the loops that differ.
+# the calls the fuzzer does not make). A test of uvloop's asserts what the
+# stdlib loop does and is a strict expected failure on uvloop. A test of a
+# registered divergence (``@pytest.mark.divergence``; every loop runs it here)
+# asserts tideloop's documented behaviour on the loops the entry names, the
+# stdlib's on its loop where the entry holds (checked on the other loops'
+# runs too, against a fresh stdlib loop), and on every other loop what the
+# test says.
 
 Contexts = tuple[ssl.SSLContext, ssl.SSLContext]
 Probe = Callable[[asyncio.AbstractEventLoop], Coroutine[Any, Any, T]]
@@ -769,13 +774,15 @@ def test_calls_on_a_closed_transport(
             else:
                 getattr(t, how)()
             await asyncio.wait_for(a.proto.lost, LOST_TIMEOUT)
-            outcomes[f"{how}: write"] = attempt(lambda t=t: t.write(b"x"))
+            outcomes[f"{how}: write"] = attempt(functools.partial(t.write, b"x"))
             if STDLIB_WRITELINES_DROPS or kind not in ("tcp", "unix"):
                 # (else a stdlib bug: test_writelines_after_connection_lost)
-                outcomes[f"{how}: writelines"] = attempt(lambda t=t: t.writelines([b"x"]))
+                outcomes[f"{how}: writelines"] = attempt(functools.partial(t.writelines, [b"x"]))
             outcomes[f"{how}: write_eof"] = attempt(t.write_eof)
             if kind != "tls":  # a stdlib bug there: test_tls_limits_after_connection_lost
-                outcomes[f"{how}: limits"] = attempt(lambda t=t: t.set_write_buffer_limits(1000))
+                outcomes[f"{how}: limits"] = attempt(
+                    functools.partial(t.set_write_buffer_limits, 1000)
+                )
             outcomes[f"{how}: socket"] = type(t.get_extra_info("socket")).__name__
             outcomes[f"{how}: buffer size"] = str(t.get_write_buffer_size())
             await close_pair({"a": a, "b": b})
@@ -809,17 +816,28 @@ def test_write_pipe_write_after_write_eof(fault_loop: asyncio.AbstractEventLoop)
     assert got == probe_stdlib(case)
 
 
+def differs(fault_loop_name: str, key: str) -> bool:
+    """Is *fault_loop_name* one of the loops that divergence *key* names, where it holds?"""
+    entry = DIVERGENCES[key]
+    return entry.holds and fault_loop_name.startswith(entry.loops)
+
+
+_CALLBACK_ARGS = re.compile(r"(_call_connection_lost)\(.*?\)")
+
+
+@pytest.mark.divergence("write-pipe-abort-when-closing")
 @pytest.mark.parametrize("calls", ["abort, abort", "close, abort", "abort, lost, abort"])
-@pytest.mark.fault_xfail(
-    "asyncio",
-    reason="a stdlib bug: abort() on a write pipe transport that is already closing "
-    "schedules its connection_lost() callback again, which fails with AttributeError "
-    "('NoneType' object has no attribute 'connection_lost') in the exception handler, and "
-    "after connection_lost() abort() itself raises AttributeError ('NoneType' object has no "
-    "attribute '_remove_reader'); tideloop and uvloop do nothing",
-)
-def test_write_pipe_abort_when_closing(fault_loop: asyncio.AbstractEventLoop, calls: str) -> None:
-    """asyncio's contract: connection_lost() once; abort() of a closed transport does nothing."""
+def test_write_pipe_abort_when_closing(
+    fault_loop_name: str, fault_loop: asyncio.AbstractEventLoop, calls: str
+) -> None:
+    """asyncio's contract on tideloop and uvloop; the stdlib loop's bug on its own.
+
+    The contract: connection_lost() once, and abort() of a transport that is
+    already closing does nothing. The stdlib's abort() schedules its
+    connection_lost() callback again, which fails in the exception handler
+    (AttributeError: its protocol is gone), or, once connection_lost() has
+    run, raises AttributeError itself.
+    """
 
     async def case(loop: asyncio.AbstractEventLoop) -> tuple[list[str], list[str | None]]:
         a, b = await open_pair(loop, "pipe", None)
@@ -833,29 +851,65 @@ def test_write_pipe_abort_when_closing(fault_loop: asyncio.AbstractEventLoop, ca
         await close_pair({"a": a, "b": b})
         return a.proto.events + a.proto.violations, raised
 
-    (events, raised), handler_calls = probe(fault_loop, case)
-    assert events == ["made", "lost"]
-    assert raised == [None, None]
-    assert handler_calls == []
+    def outcome(loop: asyncio.AbstractEventLoop | None) -> object:
+        """*loop*'s outcome (a fresh stdlib loop's for None), without the callbacks' arguments."""
+        (events, raised), handler_calls = probe_stdlib(case) if loop is None else probe(loop, case)
+        return events, raised, [_CALLBACK_ARGS.sub(r"\1(...)", c) for c in handler_calls]
+
+    contract: object = (["made", "lost"], [None, None], [])
+    if calls == "abort, lost, abort":
+        bug: object = (
+            ["made", "lost"],
+            [None, "AttributeError: 'NoneType' object has no attribute '_remove_reader'"],
+            [],
+        )
+    else:
+        bug = (
+            ["made", "lost"],
+            [None, None],
+            [
+                "Exception in callback _UnixWritePipeTransport._call_connection_lost(...) "
+                "(AttributeError)"
+            ],
+        )
+    holds = DIVERGENCES["write-pipe-abort-when-closing"].holds
+    assert outcome(None) == (bug if holds else contract)
+    assert outcome(fault_loop) == (bug if holds and fault_loop_name == "asyncio" else contract)
 
 
+@pytest.mark.divergence("read-pipe-abort")
 @pytest.mark.fault_xfail(
-    "tideloop",
     "uvloop",
-    reason="the stdlib's read pipe transport has no abort() (it is a ReadTransport: abort() "
-    "belongs to WriteTransport), so calling it raises AttributeError; tideloop's aborts, "
-    "uvloop's raises NotImplementedError",
+    reason="uvloop's read pipe transport's abort() raises NotImplementedError; the stdlib's "
+    "has no abort() (it is a ReadTransport: abort() belongs to WriteTransport), so calling "
+    "it raises AttributeError",
 )
-def test_read_pipe_abort(fault_loop: asyncio.AbstractEventLoop) -> None:
-    async def case(loop: asyncio.AbstractEventLoop) -> str | None:
+def test_read_pipe_abort(fault_loop_name: str, fault_loop: asyncio.AbstractEventLoop) -> None:
+    """tideloop's read pipe transport aborts: connection_lost(None), the pipe closed.
+
+    The stdlib's has no abort(): AttributeError.
+    """
+
+    async def case(loop: asyncio.AbstractEventLoop) -> tuple[str | None, list[str], bool]:
         a, b = await open_pair(loop, "pipe", None)
         # The attribute itself is missing on the stdlib's: look it up inside attempt().
         outcome = attempt(lambda: b.transport.abort())  # noqa: PLW0108
+        if outcome is None:
+            assert await asyncio.wait_for(b.proto.lost, LOST_TIMEOUT) is None
+        events = b.proto.events + b.proto.violations
+        pipe_closed = bool(b.transport.get_extra_info("pipe").closed)
         await close_pair({"a": a, "b": b})
-        return outcome
+        return outcome, events, pipe_closed
 
     got = probe(fault_loop, case)
-    assert got == probe_stdlib(case)
+    stdlib = probe_stdlib(case)
+    if DIVERGENCES["read-pipe-abort"].holds:
+        no_abort = "AttributeError: '_UnixReadPipeTransport' object has no attribute 'abort'"
+        assert stdlib == ((no_abort, ["made"], False), [])
+    if differs(fault_loop_name, "read-pipe-abort"):
+        assert got == ((None, ["made", "lost"], True), [])
+    else:
+        assert got == stdlib
 
 
 def test_tls_limits_after_connection_lost(
@@ -880,6 +934,7 @@ def test_tls_limits_after_connection_lost(
     assert got == probe_stdlib(case)
 
 
+@pytest.mark.divergence("writelines-after-connection-lost")
 @pytest.mark.parametrize(
     "kind",
     [
@@ -887,30 +942,54 @@ def test_tls_limits_after_connection_lost(
         pytest.param("unix", marks=UVLOOP_CLOSED_HANDLE),
     ],
 )
-@fault_xfail_if(
-    not STDLIB_WRITELINES_DROPS,
-    "asyncio",
-    reason="a stdlib bug of early 3.12 releases: writelines() after connection_lost() keeps "
-    "the data (get_write_buffer_size() > 0 for good) and registers a writer for the closed "
-    "socket's fd number, which the next socket to get that number inherits",
-)
 def test_writelines_after_connection_lost(
-    fault_loop: asyncio.AbstractEventLoop, fault_tls_contexts: Contexts, kind: str
+    fault_loop_name: str,
+    fault_loop: asyncio.AbstractEventLoop,
+    fault_tls_contexts: Contexts,
+    kind: str,
 ) -> None:
-    """asyncio's contract: data written after connection_lost() is dropped."""
+    """asyncio's contract, data written after connection_lost() is dropped, but on 3.12's loop.
 
-    async def case(loop: asyncio.AbstractEventLoop) -> tuple[str | None, int, set[int]]:
-        a, b = await open_pair(loop, kind, fault_tls_contexts)
-        b.transport.close()
-        await asyncio.wait_for(a.proto.lost, LOST_TIMEOUT)
-        outcome = attempt(lambda: a.transport.writelines([b"x"]))
-        size = a.transport.get_write_buffer_size()
-        left = registered_fds(loop)
-        await close_pair({"a": a, "b": b})
-        if left:  # the stale registration must not outlive the test
-            for fd in left:
+    The stdlib's writelines() of 3.12 has no check for a lost connection: it
+    keeps the data (get_write_buffer_size() > 0 for good) and raises (on
+    3.12.1 TypeError after close(), whose transport dropped its write
+    callback, and AttributeError after abort(), whose transport dropped its
+    loop). No writer may be left registered for the closed socket's fd number.
+    """
+
+    async def case(loop: asyncio.AbstractEventLoop) -> dict[str, tuple[str | None, int, set[int]]]:
+        outcomes = {}
+        for how in ("peer closes", "abort"):
+            a, b = await open_pair(loop, kind, fault_tls_contexts)
+            if how == "abort":
+                a.transport.abort()
+            else:
+                b.transport.close()
+            await asyncio.wait_for(a.proto.lost, LOST_TIMEOUT)
+            before = registered_fds(loop)
+            outcome = attempt(functools.partial(a.transport.writelines, [b"x"]))
+            size = a.transport.get_write_buffer_size()
+            left = registered_fds(loop) - before
+            await close_pair({"a": a, "b": b})
+            for fd in left:  # a stale registration must not outlive the test
                 loop.remove_writer(fd)
-        return outcome, size, left
+            outcomes[how] = (outcome, size, left)
+        return outcomes
 
-    (outcome, size, left), handler_calls = probe(fault_loop, case)
-    assert (outcome, size, left, handler_calls) == (None, 0, set(), [])
+    contract: dict[str, tuple[str | None, int, set[int]]] = {
+        "peer closes": (None, 0, set()),
+        "abort": (None, 0, set()),
+    }
+    stdlib, stdlib_calls = probe_stdlib(case)
+    assert stdlib_calls == []
+    if DIVERGENCES["writelines-after-connection-lost"].holds:
+        for how, (outcome, size, left) in stdlib.items():
+            assert (outcome is not None, size > 0, left) == (True, True, set()), how
+    else:
+        assert stdlib == contract
+    got, calls = probe(fault_loop, case)
+    assert calls == []
+    if fault_loop_name == "asyncio":
+        assert got == stdlib
+    else:
+        assert got == contract

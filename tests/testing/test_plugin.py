@@ -283,11 +283,26 @@ def test_seeds_find_the_race_and_replay_it(tmp_path: Path) -> None:
     # Seeds: the first failing one is named, with the command that replays it.
     proc = run_pytest(tmp_path, files, "--tideloop-seeds=50", expect_tideloop=True)
     assert outcome(proc) == {"failed": 1, "passed": 1}, proc.stdout + proc.stderr
-    match = re.search(r"replay: (pytest \S+ --tideloop-seed=(\d+))", proc.stdout)
+    match = re.search(r"schedule seed (\d+); replay: pytest \S+ --tideloop-seed=\1", proc.stdout)
     assert match, proc.stdout
-    assert "failing schedule seeds" in proc.stdout
-    seed = match.group(2)
-    for _ in range(3):
+    assert "failing schedules" in proc.stdout
+    # The failing schedule, shrunk to one deviation, in words and on a tape.
+    assert "1 deviation(s) from the unperturbed schedule" in proc.stdout
+    assert "everything else in order" in proc.stdout
+    tape = re.search(r"replay: pytest \S+ --tideloop-tape=(\S+)", proc.stdout)
+    assert tape, proc.stdout
+    assert Path(tape.group(1)).parent == tmp_path / ".tideloop-tapes"
+    for _ in range(2):
+        replay = run_pytest(
+            tmp_path,
+            files,
+            "test_race.py::test_assumes_timer_order",
+            f"--tideloop-tape={tape.group(1)}",
+            expect_tideloop=True,
+        )
+        assert outcome(replay) == {"failed": 1}, replay.stdout
+    seed = match.group(1)
+    for _ in range(2):
         replay = run_pytest(
             tmp_path,
             files,

@@ -336,42 +336,50 @@ def test_far_timers_under_random_operations(ops: list[tuple[str, float, int]]) -
     ),
     st.integers(min_value=0, max_value=2**32),
 )
-def test_keyed_queue_orders_equal_deadlines_by_key(
-    ops: list[tuple[str, float, int]], seed: int
-) -> None:
-    """With a Schedule's keys, equal deadlines fire in key order: the order a
-    ``(when, key)`` heap gives, so seeded replays do not depend on the layout."""
+def test_tie_function_places_equal_deadlines(ops: list[tuple[str, float, int]], seed: int) -> None:
+    """With a Schedule's tie function, a timer pushed onto a deadline that has
+    n timers goes where the function says (0..n), only ties ask it, and
+    equal deadlines fire in bucket order, deadlines in order."""
     rng = random.Random(seed)
-    drawn: list[int] = []
+    asked: list[tuple[int, int]] = []
 
-    def keys() -> Iterator[int]:
-        while True:
-            key = rng.getrandbits(62)
-            drawn.append(key)
-            yield key
+    def tie(n: int) -> int:
+        i = rng.randrange(n + 1)
+        asked.append((n, i))
+        return i
 
-    q = TimerQueue(keys())
-    model: list[tuple[float, int, TimerHandle]] = []
+    q = TimerQueue(tie)
+    model: list[tuple[float, TimerHandle]] = []
     for op, value, index in ops:
         if op == "push":
+            entry = q.buckets.get(value)
+            n = 0 if entry is None else len(entry) if isinstance(entry, list) else 1
+            before = len(asked)
             handle = make(q, value)
-            model.append((value, drawn[-1], handle))
+            if n == 0:
+                assert len(asked) == before  # no tie, no question
+            else:
+                assert asked[-1][0] == n
+                bucket = q.buckets[value]
+                assert isinstance(bucket, list) and bucket[asked[-1][1]] is handle
+            model.append((value, handle))
         elif op == "cancel" and model:
-            model.pop(index % len(model))[2].cancel()
+            model.pop(index % len(model))[1].cancel()
         elif op == "deadline":
             assert q.next_deadline() == min((m[0] for m in model), default=None)
         elif op == "pop":
+            expected: list[TimerHandle] = []
+            for when in sorted({m[0] for m in model if m[0] < value}):
+                entry = q.buckets[when]
+                bucket = entry if isinstance(entry, list) else [entry]
+                expected.extend(h for h in bucket if not h._cancelled)
             out: ReadyQueue = collections.deque()
             q.pop_due(value, value, out)
-            due = sorted((m for m in model if m[0] < value), key=lambda m: (m[0], m[1]))
-            assert list(out) == [m[2] for m in due]
+            assert list(out) == expected
+            assert {id(h) for h in expected} == {id(m[1]) for m in model if m[0] < value}
             model = [m for m in model if m[0] >= value]
         assert len(q) == len(q.handles())
-        assert sorted(q.heap) == sorted(q.buckets) == sorted(q._tiekeys)
-        for when, entry in q.buckets.items():
-            bucket = entry if isinstance(entry, list) else [entry]
-            assert len(q._tiekeys[when]) == len(bucket)
-            assert q._tiekeys[when] == sorted(q._tiekeys[when])
+        assert sorted(q.heap) == sorted(q.buckets)
 
 
 def test_compaction_keeps_live_timers_of_shared_deadlines() -> None:

@@ -16,12 +16,13 @@ handed to `_own`, and `close` closes them, last owned first.
 
 A `Schedule` may be handed to the constructor too (``tideloop.testing``'s
 seeded perturbation). It decides the orderings asyncio leaves open, and only
-through three seams fixed at construction: the timer queue's tie-break keys,
-where other threads' ``call_soon_threadsafe`` handles go, and a wait
-function wrapped around the clock's (which sees each poll's results before
-they are dispatched). Without one (the default), `_run_once`, ``call_soon``,
-the timers and fd dispatch run exactly the code they ran before schedules
-existed: the seams are attributes bound here, not tests on the hot path.
+through three seams fixed at construction: the timer queue's tie function
+(where a timer goes among others with its deadline), where other threads'
+``call_soon_threadsafe`` handles go, and a wait function wrapped around the
+clock's (which sees each poll's results before they are dispatched).
+Without one (the default), `_run_once`, ``call_soon``, the timers and fd
+dispatch run exactly the code they ran before schedules existed: the seams
+are attributes bound here, not tests on the hot path.
 
 Semantics are asyncio's (``Lib/asyncio/base_events.py``) for the running
 Python. One iteration, `_run_once`, has asyncio's phases in asyncio's order:
@@ -42,8 +43,13 @@ Invariants (principles 3 and 4 of ``docs/architecture.md``):
   only source of the loop's time (the metrics read real time, for
   themselves only).
 - ``_executor_jobs`` counts the executor jobs whose results have not
-  reached their futures yet; under a clock with a ``wait`` (virtual time)
-  the clock is not allowed to jump while it is non-zero (see ``clock``).
+  reached their futures yet (``loop.metrics()``' executor_pending). Under
+  a clock with a ``wait`` (virtual time), ``_jobs_running`` holds a token
+  per job whose thread has not yet *sent* its result (the token is dropped
+  by the thread right after its ``call_soon_threadsafe``, or when the
+  future is done); the clock is not allowed to jump while it is non-empty
+  (see ``clock``). A result that was sent but not yet admitted (a
+  Schedule holding it, as a slow thread) does not hold time still.
 - ``_counters`` (see `metrics`) only grows and is written only by the
   loop's thread; the time accounting in it, inside ``seq`` windows that
   contain no user code.
@@ -60,6 +66,7 @@ import asyncio
 import asyncio.events
 import concurrent.futures
 import contextvars
+import functools
 import numbers
 import operator
 import sys
@@ -74,7 +81,6 @@ from collections.abc import (
     Callable,
     Coroutine,
     Generator,
-    Iterator,
 )
 from contextvars import copy_context
 from time import monotonic as _real_time
@@ -190,14 +196,15 @@ class Schedule(Protocol):
     loop without one runs no schedule code at all.
     """
 
-    def timer_keys(self) -> Iterator[int]:
-        """Tie-break keys for timers with equal deadlines (see `TimerQueue`)."""
+    def timer_tie(self) -> Callable[[int], int]:
+        """Where a timer goes among *n* with its deadline, 0..n (see `TimerQueue`)."""
         ...
 
-    def attach(self, ready: ReadyQueue, wait: WaitFn | None) -> WaitFn:
+    def attach(self, ready: ReadyQueue, wait: WaitFn | None, now: Callable[[], float]) -> WaitFn:
         """Bind to a loop's ready queue; return the wait function the loop calls.
 
-        *wait* is the clock's (None for real time: block in *poll*). The
+        *wait* is the clock's (None for real time: block in *poll*); *now*
+        the loop's time. The
         returned function is called once per iteration, like a clock's wait,
         and returns the events the loop dispatches, in dispatch order.
         """
@@ -238,7 +245,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # Always-on metrics (see tideloop._core.metrics): updated by _run_once
         # and the timer queue, read by metrics().
         self._counters = counters = Counters()
-        self._timers = TimerQueue(None if schedule is None else schedule.timer_keys(), counters)
+        self._timers = TimerQueue(None if schedule is None else schedule.timer_tie(), counters)
         # Per-callback timing: only with a slow-callback hook or detailed metrics.
         self._timed = False
         self._metrics_detailed = False
@@ -261,10 +268,16 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # around either. Composed once, here.
         wait = self._virtual_wait = clock.wait
         self._executor_jobs = 0
+        #: Under virtual time: a token per thread job whose result is not sent yet.
+        self._jobs_running: set[object] | None = None if wait is None else set()
         #: Called (tideloop.testing sets it, with virtual time) where the
         #: loop would block with nothing ready, no timer and no executor job:
         #: it may raise to report that nothing can ever happen again.
         self._stuck_hook: Callable[[], None] | None = None
+        #: Under virtual time (tideloop.testing sets it): True while another
+        #: thread looks busy, so the clock must not jump yet; the loop then
+        #: polls for `BUSY_THREAD_SLICE` real seconds and asks again.
+        self._threads_busy: Callable[[], bool] | None = None
         #: Called after each callback (tideloop.testing's property checks);
         #: while set, callbacks run one by one in _run_ready_timed, so the
         #: fast path never looks at it. It may raise to stop the loop.
@@ -273,7 +286,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             wait = self._wait_behind_executor_jobs
         self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
         if schedule is not None:
-            wait = schedule.attach(ready, wait)
+            wait = schedule.attach(ready, wait, clock.now)
             self._admit_threadsafe = schedule.admit_threadsafe
         self._clock_wait = wait
         self._io = io
@@ -685,12 +698,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _wait_behind_executor_jobs(
         self, poll: PollFn, timeout: float | None
     ) -> list[tuple[int, int]]:
-        """The virtual clock's wait, told "no deadline" while executor jobs run."""
-        if timeout and self._executor_jobs:
-            timeout = None
+        """The virtual clock's wait, told "no deadline" while thread jobs run."""
+        running = self._jobs_running
+        if timeout:
+            if running:
+                timeout = None
+            elif self._threads_busy is not None and self._threads_busy():
+                # A thread may be about to call_soon_threadsafe: wait for it
+                # in real time, without moving the clock.
+                return poll(BUSY_THREAD_SLICE)
         wait = self._virtual_wait
         assert wait is not None
-        if timeout is None and self._stuck_hook is not None and not self._executor_jobs:
+        if timeout is None and self._stuck_hook is not None and not running:
             # Only if a look finds nothing ready either.
             events = wait(poll, 0.0)
             if events:
@@ -700,6 +719,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
     def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
         self._executor_jobs -= 1
+        running = self._jobs_running
+        if running is not None:
+            running.discard(fut)
 
     async def _in_thread(
         self,
@@ -751,6 +773,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
             self.call_soon_threadsafe(_resolve, future, result, exc)
         except RuntimeError:
             return False  # the loop is closed: nobody waits any more
+        running = self._jobs_running
+        if running is not None:
+            running.discard(future)  # sent: virtual time may move on
         return True
 
     def _thread_job_future(self) -> asyncio.Future[Any]:
@@ -758,6 +783,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
         executor job until it is done (virtual time waits for it)."""
         future = self.create_future()
         self._executor_jobs += 1
+        running = self._jobs_running
+        if running is not None:
+            running.add(future)
         future.add_done_callback(self._executor_job_done)
         return future
 
@@ -1189,10 +1217,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # read loop.metrics() (its executor_pending), before submit() returns.
         self._executor_jobs += 1
         try:
-            fut = asyncio.wrap_future(executor.submit(func, *args), loop=self)
+            job = executor.submit(func, *args)
+            fut = asyncio.wrap_future(job, loop=self)
         except BaseException:
             self._executor_jobs -= 1
             raise
+        running = self._jobs_running
+        if running is not None:
+            # Virtual time: the job holds the clock until its thread has sent
+            # the result. The job's callbacks run in the order added, so this
+            # one runs after wrap_future's call_soon_threadsafe.
+            running.add(fut)
+            job.add_done_callback(functools.partial(_discard, running, fut))
         fut.add_done_callback(self._executor_job_done)
         return fut
 
@@ -1234,6 +1270,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
         except Exception as ex:
             if not self.is_closed() and not future.cancelled():
                 self.call_soon_threadsafe(future.set_exception, ex)
+        running = self._jobs_running
+        if running is not None:
+            running.discard(future)
+
+
+#: Real seconds a virtual-time loop polls while another thread looks busy.
+BUSY_THREAD_SLICE: Final = 0.002
+
+
+def _discard(running: set[object], token: object, _job: object) -> None:
+    """An executor job's done-callback (in its thread): its result was sent."""
+    running.discard(token)
 
 
 def _resolve(fut: asyncio.Future[Any], result: object, exc: BaseException | None) -> None:

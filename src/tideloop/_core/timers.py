@@ -19,10 +19,12 @@ Facts / what this means for us:
   not tracked by the GC, no allocation per timer. ``buckets`` maps each
   deadline to its timer, or to a list of them in the rare case of equal
   deadlines (asyncio leaves their order open; here it is scheduling order).
-- A `Schedule` (``tideloop.testing``) hands the queue tie-break keys through
-  the constructor, seeded random numbers: then each bucket is kept in key
-  order (``_tiekeys``), a key is drawn at every push, and equal deadlines
-  fire in a seeded order. Deadline order is the heap's; no key changes it.
+- A `Schedule` (``tideloop.testing``) hands the queue a *tie* function
+  through the constructor: a push onto a deadline that already has timers
+  asks it where in that bucket the new timer goes (``tie(n)`` with *n*
+  timers there: an index 0..n, n being scheduling order), so equal
+  deadlines fire in an order the schedule chose, and only real ties cost a
+  call. Deadline order is the heap's; no tie changes it.
 - Timers are ordered by their float deadline (divergence
   "timer-deadline-as-float"): the loop passes ``float(when)``.
 - Far timers. Most timers that are armed far ahead are timeouts, cancelled
@@ -68,14 +70,12 @@ Invariants:
   `note_cancelled`, lowered whenever a cancelled handle leaves its bucket.
 - The head bucket may keep cancelled handles next to live ones (its
   deadline is live); `pop_due` skips them, compaction drops them.
-- With keys: ``_tiekeys[when]`` lists the keys of ``buckets[when]``'s
-  handles, in the same (ascending) order.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from math import inf, nextafter
 from typing import Final
@@ -109,11 +109,10 @@ class TimerQueue:
     __slots__ = (
         "_counters",
         "_far",
-        "_keys",
         "_mark_at",
         "_near_until",
         "_slots",
-        "_tiekeys",
+        "_tie",
         "buckets",
         "cancelled",
         "heap",
@@ -121,8 +120,10 @@ class TimerQueue:
         "size",
     )
 
-    def __init__(self, keys: Iterator[int] | None = None, counters: Counters | None = None) -> None:
-        """*keys*: tie-break keys for equal deadlines (None: scheduling order).
+    def __init__(
+        self, tie: Callable[[int], int] | None = None, counters: Counters | None = None
+    ) -> None:
+        """*tie*: where a timer goes among *n* with its deadline (None: last).
 
         *counters*: where `pop_due` records how late timers were (the
         loop's metrics); None keeps a private set.
@@ -131,8 +132,7 @@ class TimerQueue:
         self.buckets: dict[float, Bucket] = {}
         self.size = 0
         self.cancelled = 0
-        self._keys = keys
-        self._tiekeys: dict[float, list[int]] = {}
+        self._tie = tie
         self._counters = Counters() if counters is None else counters
         self._far: dict[float, list[TimerHandle]] = {}
         self._slots: list[float] = []
@@ -160,8 +160,8 @@ class TimerQueue:
         """Schedule *handle*; *when* is its deadline as a float (the heap's key)."""
         handle._scheduled = True
         self.size += 1
-        if self._keys is not None:
-            self._push_keyed(handle, when)
+        if self._tie is not None:
+            self._push_tied(handle, when)
             return
         buckets = self.buckets
         entry = buckets.get(when)
@@ -180,10 +180,10 @@ class TimerQueue:
 
         The loop calls this instead of `push` when the delay is that long;
         the queue still takes the heap when slots would not keep its order
-        (a Schedule's tie-break keys, an already migrated slot, no finite
+        (a Schedule's tie function, an already migrated slot, no finite
         deadline).
         """
-        if self._keys is not None or not self._near_until <= when < inf:
+        if self._tie is not None or not self._near_until <= when < inf:
             self.push(handle, when)
             return
         handle._scheduled = True
@@ -256,23 +256,19 @@ class TimerQueue:
                 self._arm(slots[0] * SLOT_WIDTH)
                 return
 
-    def _push_keyed(self, handle: TimerHandle, when: float) -> None:
-        keys = self._keys
-        assert keys is not None
-        key = next(keys)
+    def _push_tied(self, handle: TimerHandle, when: float) -> None:
+        tie = self._tie
+        assert tie is not None
         entry = self.buckets.get(when)
         if entry is None:
             self.buckets[when] = handle
-            self._tiekeys[when] = [key]
             heappush(self.heap, when)
             return
-        bucket_keys = self._tiekeys[when]
-        i = bisect_right(bucket_keys, key)
-        bucket_keys.insert(i, key)
         if isinstance(entry, list):
+            i = tie(len(entry))
             entry.insert(i, handle)
         else:
-            self.buckets[when] = [entry, handle] if i else [handle, entry]
+            self.buckets[when] = [entry, handle] if tie(1) else [handle, entry]
 
     def pass_markers(self) -> float | None:
         """Before the loop blocks: migrate now instead of waking for a marker.
@@ -320,44 +316,32 @@ class TimerQueue:
                 self.size -= dropped
                 when = heappop(heap)
                 del buckets[when]
-                if self._keys is not None:
-                    del self._tiekeys[when]
         return self.heap[0] if self.heap else None
 
     def _compact(self) -> None:
         """Drop every cancelled timer and rebuild the heap (asyncio's compaction)."""
-        keyed = self._keys is not None
         marker = self.marker
         buckets: dict[float, Bucket] = {}
-        tiekeys: dict[float, list[int]] = {}
         size = 0
         for when, entry in self.buckets.items():
             if entry is marker:
                 continue  # re-armed below if slots remain
             if isinstance(entry, list):
                 live: list[TimerHandle] = []
-                live_keys: list[int] = []
-                old_keys = self._tiekeys[when] if keyed else None
-                for i, handle in enumerate(entry):
+                for handle in entry:
                     if handle._cancelled:
                         handle._scheduled = False
                     else:
                         live.append(handle)
-                        if old_keys is not None:
-                            live_keys.append(old_keys[i])
                 if not live:
                     continue
                 buckets[when] = live[0] if len(live) == 1 else live
                 size += len(live)
-                if keyed:
-                    tiekeys[when] = live_keys
             elif entry._cancelled:
                 entry._scheduled = False
             else:
                 buckets[when] = entry
                 size += 1
-                if keyed:
-                    tiekeys[when] = self._tiekeys[when]
         far: dict[float, list[TimerHandle]] = {}
         for slot, timers in self._far.items():
             live = []
@@ -373,7 +357,6 @@ class TimerQueue:
         heapify(heap)
         self.heap = heap
         self.buckets = buckets
-        self._tiekeys = tiekeys
         self._far = far
         self._slots = sorted(far)  # a sorted list is a heap
         self._mark_at = inf
@@ -403,8 +386,6 @@ class TimerQueue:
                 if when == self._mark_at:
                     self._migrate(end_time)
                 continue
-            if self._keys is not None:
-                del self._tiekeys[when]
             if isinstance(entry, list):
                 fired = 0
                 for handle in entry:
@@ -440,7 +421,6 @@ class TimerQueue:
             handle._scheduled = False
         self.heap.clear()
         self.buckets.clear()
-        self._tiekeys.clear()
         self._far.clear()
         self._slots.clear()
         self._mark_at = inf

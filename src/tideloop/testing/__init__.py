@@ -13,6 +13,10 @@ the duration of a simulated run, and undone after it.
     # The same program under a seeded schedule (same seed, same decisions):
     testing.run(main(), seed=1234)
 
+    # Search for a failing schedule, shrink it, save it, replay it:
+    found = testing.explore(main, strategy="pct", schedules=1000)
+    found.tape.save("race.tape.json"); testing.replay(main, "race.tape.json")
+
     loop = testing.new_event_loop(virtual_time=True, seed=7)   # both
 
     # Several hosts on a simulated network (virtual time implied):
@@ -22,7 +26,13 @@ the duration of a simulated run, and undone after it.
 - `VirtualClock` (``_clock``): time that moves by `VirtualClock.advance` or
   jumps to the next timer when the loop is idle (autojump).
 - `Perturber` (``_schedule``): varies the orderings asyncio leaves open; its
-  module docstring is the exact model.
+  module docstring is the exact model. Its decision points are answered by
+  a `Strategy` (``_strategy``: `RandomStrategy` from a seed, `PCTStrategy`,
+  `ReplayStrategy`) and recorded in a `DecisionLog`.
+- `explore`, `shrink`, `replay`, `Tape`, `diff` (``_explore``): many
+  schedules of a scenario under a strategy (random, PCT, systematic),
+  a failure shrunk to its fewest deviations, saved as a tape that replays
+  by identity; ``python -m tideloop.testing`` runs them from a shell.
 - `SimNetwork` (``_network``): hosts, simulated TCP, UDP and Unix
   sockets, latency and faults; its module docstring is the exact model.
 - `Deadlock` (``_deadlock``), `always`, `eventually` (``_properties``): a
@@ -53,28 +63,42 @@ from . import _deadlock
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
+from ._explore import Exploration, Tape, diff, explore, replay, shrink
 from ._network import SimNetwork, SimSocket
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
+from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
+from ._threads import ThreadWatch
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
     "EPOCH",
     "Deadlock",
+    "DecisionLog",
+    "Exploration",
     "NondeterminismError",
+    "PCTStrategy",
     "Perturber",
     "PropertyViolation",
+    "RandomStrategy",
+    "ReplayStrategy",
     "SimNetwork",
     "SimSocket",
+    "Strategy",
+    "Tape",
     "VirtualClock",
     "allow_tideloop",
     "always",
     "check_determinism",
     "current_clock",
+    "diff",
     "eventually",
+    "explore",
     "new_event_loop",
+    "replay",
     "run",
     "seeded_globals",
+    "shrink",
     "sometimes",
 ]
 
@@ -88,6 +112,7 @@ def new_event_loop(
     poller: Poller | str | None = None,
     autojump_threshold: float = 0.0,
     network: SimNetwork | None = None,
+    strategy: Strategy | DecisionLog | None = None,
 ) -> Loop:
     """A tideloop loop for tests (usable as asyncio's ``loop_factory``).
 
@@ -95,10 +120,14 @@ def new_event_loop(
     or the `VirtualClock` to use; None (the default) means True with a
     *network* and False without. *seed*: an int to perturb the schedule with
     a `Perturber` of that seed; None keeps tideloop's fixed order.
+    *strategy*: instead of a seed, the `Strategy` that answers the
+    Perturber's decision points (`PCTStrategy`, a tape's `ReplayStrategy`),
+    or the `DecisionLog` of a run whose loops share one strategy.
     *network*: a `SimNetwork` for the loop's TCP sockets and names.
     With virtual time, a run where every task waits and nothing (no timer,
     thread, real fd or signal) can wake them raises `Deadlock` out of the
-    loop, naming what each task awaits, instead of hanging.
+    loop, naming what each task awaits, instead of hanging; and the clock
+    does not jump while a thread the program started looks busy (`ThreadWatch`).
     """
     if virtual_time is None:
         virtual_time = network is not None
@@ -109,12 +138,21 @@ def new_event_loop(
         clock = VirtualClock(autojump_threshold=autojump_threshold)
     else:
         clock = None
-    schedule = None if seed is None else Perturber(seed)
+    schedule: Perturber | None = None
+    if isinstance(strategy, DecisionLog):
+        schedule = Perturber(log=strategy)
+    elif strategy is not None:
+        schedule = Perturber(strategy=strategy)
+    elif seed is not None:
+        schedule = Perturber(seed)
     loop = Loop(poller=poller, clock=clock, schedule=schedule, network=network)
     if clock is not None:
         # Under virtual time a run that can never wake raises Deadlock
         # with every task's await stack, instead of hanging.
-        loop._stuck_hook = functools.partial(_deadlock.check, loop, _deadlock.threads_now())
+        baseline = _deadlock.threads_now()
+        loop._stuck_hook = functools.partial(_deadlock.check, loop, baseline)
+        # ... and does not jump while a thread the program started is busy.
+        loop._threads_busy = ThreadWatch(baseline)
     return loop
 
 
@@ -126,6 +164,7 @@ def run(
     debug: bool | None = None,
     autojump_threshold: float = 0.0,
     network: SimNetwork | None = None,
+    strategy: Strategy | DecisionLog | None = None,
 ) -> _T:
     """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
 
@@ -136,12 +175,15 @@ def run(
     """
     if asyncio.events._get_running_loop() is not None:
         raise RuntimeError("tideloop.testing.run() cannot be called from a running event loop")
+    if isinstance(strategy, Strategy):
+        strategy = DecisionLog(strategy)  # one log for every loop of the run
     factory = functools.partial(
         new_event_loop,
         virtual_time=virtual_time,
         seed=seed,
         autojump_threshold=autojump_threshold,
         network=network,
+        strategy=strategy,
     )
     seeded: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if network is not None and network.seed_globals:

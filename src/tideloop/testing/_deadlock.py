@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -48,8 +49,15 @@ class Deadlock(RuntimeError):
 
 
 def threads_now() -> frozenset[int]:
-    """The threads alive now (taken when a loop is made: its baseline)."""
-    return frozenset(t.ident for t in threading.enumerate() if t.ident is not None)
+    """The threads alive now (taken when a loop is made: its baseline).
+
+    Threads started with ``_thread.start_new_thread`` (execnet's, under
+    pytest-xdist) are not in ``threading.enumerate()``; the interpreter's
+    frame table has them all.
+    """
+    idents = {t.ident for t in threading.enumerate() if t.ident is not None}
+    idents.update(sys._current_frames())
+    return frozenset(idents)
 
 
 def check(loop: Loop, baseline: frozenset[int] = frozenset()) -> None:

@@ -1,47 +1,46 @@
-"""Perturber: a seeded schedule that varies the orderings asyncio leaves open.
+"""Perturber: a schedule that varies the orderings asyncio leaves open.
 
 Layer: top (``tideloop.testing``). A `Perturber` is the core's `Schedule`
 (``tideloop._core.run``), handed to ``Loop(schedule=...)``. The core asks it
 for three things at construction and never consults it otherwise: the timer
-queue's tie-break keys, where other threads' ``call_soon_threadsafe``
-handles go, and a wait function around the clock's. A loop built without a
-schedule runs none of this code.
+queue's tie function, where other threads' ``call_soon_threadsafe`` handles
+go, and a wait function around the clock's. A loop built without a schedule
+runs none of this code. Every choice it makes is a *decision point* answered
+by a `Strategy` through the run's `DecisionLog` (``_strategy``: random from
+a seed, PCT, or the replay of a tape), with value 0 the unperturbed choice.
 
 The model (exactly what varies, and what never does)
 ----------------------------------------------------
 
 asyncio fixes some orders and leaves others to the kernel, to thread
 scheduling or to chance. A program that is correct on asyncio must be
-correct under *every* choice of the open ones; a Perturber picks them
-pseudo-randomly from its seed. It varies exactly these four, and nothing
-else:
+correct under *every* choice of the open ones. A Perturber varies exactly
+these, and nothing else:
 
-1. **Order of fds ready in the same poll.** The ``(fd, events)`` pairs one
-   poll returns are shuffled before their callbacks are queued. (The kernel
-   reports them in an order of its own.) An fd's reader still goes before
-   its writer when both are ready: that is asyncio's fixed order.
-2. **Deferring an fd's readiness.** Each ready fd is, with probability
-   *defer_probability*, left out of this iteration's dispatch, at most
-   *max_defer* iterations in a row; it is then dispatched. (The kernel may
-   report readiness one poll later than it could.) Polls are level
-   triggered, so a deferred fd is reported again; while any fd is deferred
-   the loop does not block.
-3. **Order of timers due at the same instant.** Timers with *equal*
-   deadlines get seeded random tie-break keys instead of their scheduling
-   order. (asyncio's heap orders them arbitrarily; tideloop's default is
-   first scheduled, first run.) Timers with different deadlines still run in
+1. **An fd's readiness** (point ``("fd", loop, i, k)``: the k-th time the
+   i-th fd became ready). Either dispatched now (0), or *deferred* 1 ..
+   *max_defer* iterations (the kernel may report readiness a poll later
+   than it could; polls are level triggered, so a deferred fd is reported
+   again, and while any fd is deferred the loop does not block), or, when
+   several fds are ready in one poll, dispatched now with a priority 1..3
+   (higher first). Fds of one poll are otherwise dispatched in the order
+   they first became ready; an fd's reader still goes before its writer.
+2. **Timers with equal deadlines** (``("tie", loop, i)``): a timer pushed
+   onto a deadline that already has n timers goes ahead of v of them (0:
+   last, scheduling order). Timers with different deadlines still run in
    deadline order, each in the first iteration at or after its deadline.
-4. **When other threads' callbacks are admitted.** A handle that another
-   thread queues with ``call_soon_threadsafe`` (this includes every
-   executor result: ``run_in_executor``, ``asyncio.to_thread``) waits in an
-   inbox; at each iteration the inbox is, with probability
-   *hold_probability*, held (or only an older part of it admitted), at most
-   *max_hold* iterations for any handle. (A thread may be descheduled at
-   any moment.) Under real time a holding iteration may block in the poller
-   for up to *hold_time* seconds, so a held result can arrive after a timer
-   that falls due meanwhile, as a slow thread's would. Under virtual time a
-   holding iteration never blocks, so the clock never jumps past a held
-   handle. Handles from one thread keep their order.
+3. **Other threads' handles** (``("thread", loop, i)``: the i-th handle
+   queued by ``call_soon_threadsafe`` from another thread, which includes
+   every executor and ``to_thread`` result): admitted at once (0) or held
+   for v iterations, 1 .. *max_hold* (a thread may be descheduled, or slow,
+   at any moment). A held handle lets time pass: the loop blocks (or a
+   virtual clock jumps) to timers that fall due meanwhile, so a result can
+   be ordered after timers due after it was sent, as a slow thread's would.
+   That is bounded by *thread_horizon* seconds of loop time from its
+   arrival: a handle is admitted before the loop waits for a timer beyond
+   that (a 5 ms job is not modelled as taking ten seconds), and at once
+   when no timer is pending at all. Handles from one thread keep their
+   order.
 
 Never varied, because asyncio guarantees them: ``call_soon`` callbacks run
 in FIFO order (including ``call_soon_threadsafe`` from the loop's own
@@ -50,86 +49,141 @@ iteration run after those already queued; I/O callbacks run before the
 timers due in the same iteration; timers run in deadline order and never
 before their deadline; signal handlers are queued as they arrive.
 
-Reproducibility: each of the four kinds of decision draws from its own
-random stream, derived from the seed, so the same seed makes the same
-decisions whenever the program presents the same choices (same fds ready in
-the same polls, same thread arrivals per iteration). A program that stays on
-one loop with in-process loopback peers replays exactly; with threads or
-out-of-process peers the decisions replay, but the real input they are
-applied to can arrive differently (record/replay of real input is not
-attempted). Not covered either: interleavings inside the kernel (partial
-reads and writes happen as the kernel does them), the order in which
-*other* threads run, and exhaustive search of orderings: a seed samples one
-schedule; many seeds sample many.
+Reproducibility: decisions are keyed by identity, so the same strategy
+makes the same decisions whenever the program presents the same points. A
+program that stays on one loop with in-process loopback peers replays
+exactly; with threads or out-of-process peers the decisions replay, but the
+real input they are applied to can arrive differently (record/replay of
+real input is not attempted). Not covered: interleavings inside the kernel
+(partial reads and writes happen as the kernel does them) and the order in
+which *other* threads run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import random
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Final
 
 from tideloop._core.clock import PollFn, WaitFn
 from tideloop._core.handles import ReadyQueue
 
+from ._strategy import DecisionLog, RandomStrategy, Strategy
+
 #: Defaults of the model's knobs (see the module docstring).
 DEFER_PROBABILITY: Final = 0.25
 MAX_DEFER: Final = 3
 HOLD_PROBABILITY: Final = 0.5
-MAX_HOLD: Final = 3
-HOLD_TIME: Final = 0.01
+MAX_HOLD: Final = 4
+THREAD_HORIZON: Final = 0.1
+#: Probability of each dispatch priority 1..3 when several fds are ready.
+PRIORITY_PROBABILITY: Final = 0.25
+#: Probability that a tied timer jumps ahead (of 1..n, uniformly).
+TIE_PROBABILITY: Final = 0.5
 
 
-def _stream(seed: int, kind: str) -> random.Random:
-    # A str seed is hashed with SHA-512 by random.Random: stable across runs
-    # and processes (unlike hash()), independent per kind.
-    return random.Random(f"tideloop:{seed}:{kind}")
+def _geometric(p: float, n: int) -> list[float]:
+    """Probabilities of 1..n when each further step happens with *p*."""
+    out = [p**k * (1 - p) for k in range(1, n)]
+    out.append(p**n)
+    return out
 
 
-def _timer_keys(rng: random.Random) -> Iterator[int]:
-    getrandbits = rng.getrandbits
-    while True:
-        yield getrandbits(62)
+def _describe_fd(fd: int) -> str:
+    """Words for an fd: its socket's addresses, else its number."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return f"fd {fd}"
+    try:
+        try:
+            local = sock.getsockname()
+        except OSError:
+            local = "?"
+        try:
+            peer = sock.getpeername()
+        except OSError:
+            return f"fd {fd} ({_address(local)})"
+        return f"fd {fd} ({_address(local)} <- {_address(peer)})"
+    finally:
+        sock.detach()
+
+
+def _address(addr: object) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return repr(addr) if addr else "unnamed"
+
+
+def _callback_name(handle: asyncio.Handle) -> str:
+    callback = getattr(handle, "_callback", None)
+    name = getattr(callback, "__qualname__", None) or repr(callback)
+    return str(name)
+
+
+class _Held:
+    __slots__ = ("deadline", "handle", "left", "thread", "words")
+
+    def __init__(
+        self, handle: asyncio.Handle, left: int, deadline: float, thread: str, words: str
+    ) -> None:
+        self.handle = handle
+        self.left = left
+        self.deadline = deadline
+        self.thread = thread
+        self.words = words
 
 
 class Perturber:
-    """A seeded `Schedule`: see the module docstring for what it varies."""
+    """A `Schedule` whose choices come from a `Strategy`: see the module docstring."""
 
     __slots__ = (
-        "_defer_p",
+        "_arrivals",
+        "_defer_weights",
         "_deferred",
-        "_fd_rng",
-        "_held_for",
-        "_hold_p",
-        "_hold_time",
+        "_fd_ids",
+        "_fd_nth",
+        "_fd_words",
+        "_held",
+        "_hold_weights",
+        "_horizon",
         "_inbox",
         "_inner",
+        "_loop_no",
         "_loop_thread",
         "_max_defer",
         "_max_hold",
+        "_now",
+        "_priority_weights",
         "_ready",
-        "_thread_rng",
-        "_timer_rng",
+        "_threads",
+        "_ties",
         "deferrals",
         "holds",
+        "log",
         "seed",
         "shuffles",
+        "ties",
     )
 
     def __init__(
         self,
-        seed: int,
+        seed: int | None = None,
         *,
+        strategy: Strategy | None = None,
+        log: DecisionLog | None = None,
         defer_probability: float = DEFER_PROBABILITY,
         max_defer: int = MAX_DEFER,
         hold_probability: float = HOLD_PROBABILITY,
         max_hold: int = MAX_HOLD,
-        hold_time: float = HOLD_TIME,
+        thread_horizon: float = THREAD_HORIZON,
     ) -> None:
-        if not isinstance(seed, int):
+        """*seed*: a `RandomStrategy` of that seed; or give *strategy*, or a
+        *log* (a run's `DecisionLog`, shared by the run's loops)."""
+        if seed is not None and not isinstance(seed, int):
             raise TypeError(f"seed must be an int, not {type(seed).__name__}")
         for name, p in (
             ("defer_probability", defer_probability),
@@ -137,49 +191,70 @@ class Perturber:
         ):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, not {p!r}")
-        if max_defer < 0 or max_hold < 0 or not hold_time >= 0.0:
-            raise ValueError("max_defer, max_hold and hold_time must not be negative")
-        self.seed = seed
-        self._fd_rng = _stream(seed, "fds")
-        self._timer_rng = _stream(seed, "timers")
-        self._thread_rng = _stream(seed, "threads")
-        self._defer_p = defer_probability
+        if max_defer < 0 or max_hold < 0 or not thread_horizon >= 0.0:
+            raise ValueError("max_defer, max_hold and thread_horizon must not be negative")
+        if log is None:
+            if strategy is None:
+                if seed is None:
+                    raise TypeError("Perturber() needs a seed, a strategy or a log")
+                strategy = RandomStrategy(seed)
+            log = DecisionLog(strategy)
+        elif strategy is not None:
+            raise TypeError("give a strategy or a log, not both")
+        self.log = log
+        self.seed = seed if seed is not None else getattr(log.strategy, "seed", None)
+        self._loop_no = -1
         self._max_defer = max_defer
-        self._hold_p = hold_probability
         self._max_hold = max_hold
-        self._hold_time = hold_time
-        #: fd -> iterations in a row it has been deferred (only fds deferred
-        #: in the last iteration are here).
+        self._horizon = thread_horizon
+        self._defer_weights = _geometric(defer_probability, max_defer) if max_defer else []
+        self._priority_weights = [PRIORITY_PROBABILITY] * 3
+        self._hold_weights = _geometric(hold_probability, max_hold) if max_hold else []
+        #: fd -> identity (order of first readiness), its count of readiness
+        #: instances, and its words.
+        self._fd_ids: dict[int, int] = {}
+        self._fd_nth: dict[int, int] = {}
+        self._fd_words: dict[int, str] = {}
+        #: fd -> iterations it is still to be deferred (only fds being deferred).
         self._deferred: dict[int, int] = {}
-        #: Other threads' handles not admitted yet, oldest first. Appended
-        #: from any thread, popped on the loop's (deque ops are atomic).
-        self._inbox: collections.deque[asyncio.Handle] = collections.deque()
-        self._held_for = 0
+        #: Other threads' handles not seen yet, with the thread's name, in
+        #: arrival order. Appended from any thread, popped on the loop's
+        #: (deque ops are atomic).
+        self._inbox: collections.deque[tuple[asyncio.Handle, str]] = collections.deque()
+        self._held: list[_Held] = []
+        self._arrivals = 0
+        self._ties = 0
+        #: thread name -> the iteration count its last handle waits for
+        self._threads: dict[str, int] = {}
         self._loop_thread: int | None = None
         self._ready: ReadyQueue | None = None
         self._inner: WaitFn | None = None
+        self._now: Callable[[], float] | None = None
         #: Decisions taken that changed something (for tests and reports).
         self.shuffles = 0
         self.deferrals = 0
         self.holds = 0
+        self.ties = 0
 
     def __repr__(self) -> str:
         return (
-            f"<Perturber seed={self.seed} shuffles={self.shuffles} "
-            f"deferrals={self.deferrals} holds={self.holds}>"
+            f"<Perturber {self.log.strategy.describe()} shuffles={self.shuffles} "
+            f"deferrals={self.deferrals} holds={self.holds} ties={self.ties}>"
         )
 
     # ------------------------------------------------------------------
     # The core's Schedule protocol
 
-    def timer_keys(self) -> Iterator[int]:
-        return _timer_keys(self._timer_rng)
+    def timer_tie(self) -> Callable[[int], int]:
+        return self._tie
 
-    def attach(self, ready: ReadyQueue, wait: WaitFn | None) -> WaitFn:
+    def attach(self, ready: ReadyQueue, wait: WaitFn | None, now: Callable[[], float]) -> WaitFn:
         if self._ready is not None:
             raise RuntimeError("a Perturber schedules one loop only; make one per loop")
         self._ready = ready
         self._inner = wait
+        self._now = now
+        self._loop_no = self.log.new_loop()
         return self._wait
 
     def admit_threadsafe(self, handle: asyncio.Handle) -> None:
@@ -190,7 +265,25 @@ class Perturber:
             # The loop's own thread: FIFO with call_soon, never held.
             ready.append(handle)
         else:
-            self._inbox.append(handle)
+            self._inbox.append((handle, threading.current_thread().name))
+
+    # ------------------------------------------------------------------
+    # Timers with equal deadlines
+
+    def _tie(self, n: int) -> int:
+        i = self._ties
+        self._ties = i + 1
+        weights = [TIE_PROBABILITY / n] * n
+
+        def words(v: int) -> str:
+            if not v:
+                return f"timer tie #{i}: after the {n} timer(s) with its deadline, in order"
+            return f"timer tie #{i}: ran before {v} of the {n} timer(s) armed earlier for it"
+
+        v = self.log.choose(("tie", self._loop_no, i), n + 1, weights, words)
+        if v:
+            self.ties += 1
+        return n - v
 
     # ------------------------------------------------------------------
     # Once per iteration, where the loop blocks
@@ -198,56 +291,141 @@ class Perturber:
     def _wait(self, poll: PollFn, timeout: float | None) -> list[tuple[int, int]]:
         self._loop_thread = threading.get_ident()
         inner = self._inner
+        held = self._held
         if self._deferred:
             timeout = 0.0  # deferred fds are ready: nothing to wait for
-        elif self._inbox and timeout != 0.0:
-            if inner is not None:
-                timeout = 0.0  # virtual time must not pass a held handle
-            elif timeout is None or timeout > self._hold_time:
-                timeout = self._hold_time
+        elif held and timeout != 0.0:
+            assert self._now is not None
+            now = self._now()
+            if timeout is None:
+                # Nothing else is due: a held result cannot wait for anything.
+                self._release(held)
+                timeout = 0.0
+            else:
+                late = [h for h in held if h.deadline < now + timeout]
+                if late:
+                    # The next timer is past their horizon: admitted first.
+                    self._release(late)
+                    timeout = 0.0
         events = poll(timeout) if inner is None else inner(poll, timeout)
         if self._inbox:
+            self._take_arrivals()
+        if self._held:
             self._admit()
         if events or self._deferred:
             events = self._perturb(events)
         return events
 
-    def _admit(self) -> None:
-        inbox = self._inbox
-        n = len(inbox)
-        if self._held_for >= self._max_hold or self._thread_rng.random() >= self._hold_p:
-            k = n
-        else:
-            k = self._thread_rng.randrange(n)  # 0 .. n-1: hold at least the newest
-        if k < n:
-            self.holds += 1
-            self._held_for += 1
+    def _release(self, which: list[_Held]) -> None:
+        """Admit *which* now, and every earlier handle of their threads."""
+        chosen = {id(h) for h in which}
+        threads: set[str] = set()
+        out: list[_Held] = []
+        for h in reversed(self._held):
+            if id(h) in chosen or h.thread in threads:
+                threads.add(h.thread)
+                out.append(h)
         append = self._ready.append  # type: ignore[union-attr]
-        popleft = inbox.popleft
-        for _ in range(k):
-            append(popleft())
-        if not inbox:
-            self._held_for = 0
+        gone = {id(h) for h in out}
+        for h in reversed(out):
+            append(h.handle)
+        self._held = [h for h in self._held if id(h) not in gone]
+
+    def _take_arrivals(self) -> None:
+        inbox = self._inbox
+        assert self._now is not None
+        deadline = self._now() + self._horizon
+        weights = self._hold_weights
+        n = self._max_hold + 1
+        while inbox:
+            handle, thread = inbox.popleft()
+            i = self._arrivals
+            self._arrivals = i + 1
+            name = _callback_name(handle)
+
+            def words(v: int, i: int = i, name: str = name, thread: str = thread) -> str:
+                what = f"handle #{i} from thread {thread!r} ({name})"
+                return f"{what}: held {v} iteration(s)" if v else f"{what}: admitted at once"
+
+            v = self.log.choose(("thread", self._loop_no, i), n, weights, words) if n > 1 else 0
+            # One thread's handles keep their order: never before an earlier one.
+            for h in self._held:
+                if h.thread == thread and h.left > v:
+                    v = h.left
+            if v:
+                self.holds += 1
+            self._held.append(_Held(handle, v, deadline, thread, name))
+
+    def _admit(self) -> None:
+        append = self._ready.append  # type: ignore[union-attr]
+        keep: list[_Held] = []
+        blocked: set[str] = set()
+        for h in self._held:
+            if h.left <= 0 and h.thread not in blocked:
+                append(h.handle)
+            else:
+                h.left -= 1
+                blocked.add(h.thread)
+                keep.append(h)
+        self._held = keep
+
+    # ------------------------------------------------------------------
+    # Ready fds
 
     def _perturb(self, events: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        rng = self._fd_rng
-        if len(events) > 1:
-            events = list(events)
-            rng.shuffle(events)
-            self.shuffles += 1
-        previous = self._deferred
-        deferred: dict[int, int] = {}
-        kept: list[tuple[int, int]] = []
-        max_defer = self._max_defer
-        defer_p = self._defer_p
+        ids = self._fd_ids
+        deferred = self._deferred
+        log = self.log
+        loop_no = self._loop_no
+        batch: list[tuple[int, int, tuple[int, int]]] = []
+        still: dict[int, int] = {}
+        several = sum(1 for e in events if e[0] not in deferred) > 1
         for event in events:
             fd = event[0]
-            count = previous.get(fd, 0)
-            if count < max_defer and rng.random() < defer_p:
-                deferred[fd] = count + 1
+            left = deferred.get(fd)
+            if left is not None:
+                # A readiness being deferred: reported again, not a new point.
+                if left > 0:
+                    still[fd] = left - 1
+                else:
+                    batch.append((0, ids[fd], event))
+                continue
+            ident = ids.get(fd)
+            if ident is None:
+                ident = ids[fd] = len(ids)
+                self._fd_words[fd] = _describe_fd(fd)
+            k = self._fd_nth.get(fd, 0)
+            self._fd_nth[fd] = k + 1
+            n = 1 + self._max_defer
+            weights: list[float] = list(self._defer_weights)
+            if several:
+                n += 3
+                weights += self._priority_weights
+            if n == 1:
+                batch.append((0, ident, event))
+                continue
+            v = log.choose(("fd", loop_no, ident, k), n, weights, self._fd_words_for(fd, k))
+            if not v:
+                batch.append((0, ident, event))
+            elif v <= self._max_defer:
+                self.deferrals += 1
+                still[fd] = v - 1  # iterations still to skip after this one
             else:
-                kept.append(event)
-        if deferred:
-            self.deferrals += len(deferred)
-        self._deferred = deferred
-        return kept
+                self.shuffles += 1
+                batch.append((v - self._max_defer, ident, event))
+        self._deferred = still
+        batch.sort(key=lambda b: (-b[0], b[1]))
+        return [b[2] for b in batch]
+
+    def _fd_words_for(self, fd: int, k: int) -> Callable[[int], str]:
+        what = f"readiness #{k} of {self._fd_words[fd]}"
+        max_defer = self._max_defer
+
+        def words(v: int) -> str:
+            if not v:
+                return f"{what}: dispatched in order"
+            if v <= max_defer:
+                return f"{what}: deferred {v} iteration(s)"
+            return f"{what}: dispatched ahead of the others ready (priority {v - max_defer})"
+
+        return words

@@ -10,10 +10,20 @@ and it does nothing unless asked:
   threshold (default 0: see ``tideloop.testing._clock`` for when to raise it).
 - ``--tideloop-seed=S`` (implies ``--tideloop``): every test's loops are
   perturbed by a `Perturber` with seed S.
-- ``--tideloop-seeds=N`` (implies ``--tideloop``): each async test runs N
-  times, under seeds S..S+N-1 (S from ``--tideloop-seed``, else 0), and
-  stops at the first failing seed; the failure report and the summary name
-  the seed and the command line that replays it.
+- ``--tideloop-seeds=N`` (implies ``--tideloop``): each async test runs
+  under up to N schedules and stops at the first failing one. The
+  schedules come from ``--tideloop-strategy``: ``random`` (the default:
+  seeds S..S+N-1, S from ``--tideloop-seed``, else 0), ``pct`` (the
+  unperturbed schedule, then PCT schedules of ``--tideloop-depth``
+  change points) or ``systematic`` (every schedule with at most
+  ``--tideloop-bound`` deviations, fewest first; the summary says when the
+  bounded space was exhausted). A failing schedule is shrunk (at most
+  ``--tideloop-shrink`` reruns of the test) and saved as a tape, in
+  ``.tideloop-tapes/`` next to the test file or in ``--tideloop-tape-dir``;
+  the report prints the minimal schedule in words and the command line
+  that replays it.
+- ``--tideloop-tape=FILE`` (implies ``--tideloop``): every test runs under
+  that tape's deviations (its exact schedule).
 - ``@pytest.mark.tideloop(virtual_time=..., seed=..., autojump_threshold=...)``
   runs one test on tideloop (with those settings) even without the options.
 - The ``tideloop_clock`` fixture turns on virtual time for its test and
@@ -58,10 +68,12 @@ import asyncio.events
 import dataclasses
 import importlib.util
 import inspect
+import re
 import shlex
 import sys
 import unittest
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,7 +84,9 @@ from tideloop._runner import _policy_base
 from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
+from ._explore import STRATEGIES, Systematic, Tape, shrink_deviations
 from ._network import SimNetwork
+from ._strategy import DecisionLog, PCTStrategy, Point, RandomStrategy, ReplayStrategy, Strategy
 from ._world import seeded_globals
 
 _PLUGIN_NAME = "tideloop-plugin"
@@ -113,8 +127,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="run each async test under N seeds, stop at the first failing one "
+        help="run each async test under N schedules, stop at the first failing one "
         "(implies --tideloop)",
+    )
+    group.addoption(
+        "--tideloop-strategy",
+        choices=STRATEGIES,
+        default="random",
+        help="how --tideloop-seeds picks schedules: random (a seed each), pct, "
+        "or systematic (default: random)",
+    )
+    group.addoption(
+        "--tideloop-depth",
+        type=int,
+        default=2,
+        metavar="D",
+        help="pct: deviations (change points) per schedule (default 2)",
+    )
+    group.addoption(
+        "--tideloop-bound",
+        type=int,
+        default=2,
+        metavar="K",
+        help="systematic: at most K deviations per schedule (default 2)",
+    )
+    group.addoption(
+        "--tideloop-shrink",
+        type=int,
+        default=100,
+        metavar="RUNS",
+        help="rerun a failing test at most RUNS times to shrink its schedule (0: do not)",
+    )
+    group.addoption(
+        "--tideloop-tape-dir",
+        default=None,
+        metavar="DIR",
+        help="where failing schedules' tapes go (default: .tideloop-tapes next to the test)",
+    )
+    group.addoption(
+        "--tideloop-tape",
+        default=None,
+        metavar="FILE",
+        help="run every test under this tape's schedule (implies --tideloop)",
     )
 
 
@@ -136,7 +190,7 @@ def pytest_configure(config: pytest.Config) -> None:
         plugin.install_policy()
         if hasattr(config.hook, "pytest_asyncio_loop_factories"):
             config.pluginmanager.register(_AsyncioLoopFactories(plugin), "tideloop-asyncio")
-        if plugin.seeds is not None:
+        if plugin.seeds is not None and plugin.tape is None:
             config.pluginmanager.register(_SeedRunner(plugin), "tideloop-seeds")
 
 
@@ -184,8 +238,21 @@ class _Settings:
     autojump_threshold: float
     seed: int | None
     uses_network: bool = False
+    #: Answers the schedule's decision points (None: a seed's random one,
+    #: or no perturbation without a seed).
+    strategy: Strategy | None = None
     _clock: VirtualClock | None = None
     _network: SimNetwork | None = None
+    _log: DecisionLog | None = None
+
+    def decisions(self) -> DecisionLog | None:
+        """The run's decision log, shared by its loops (None: unperturbed)."""
+        if self._log is None:
+            if self.strategy is not None:
+                self._log = DecisionLog(self.strategy)
+            elif self.seed is not None:
+                self._log = DecisionLog(RandomStrategy(self.seed))
+        return self._log
 
     def clock(self) -> VirtualClock:
         if self._clock is None:
@@ -201,9 +268,10 @@ class _Settings:
 @dataclasses.dataclass
 class _Failure:
     nodeid: str
-    seed: int
+    schedule: str
     passed_before: int
     replay: str
+    words: str = ""
 
 
 class _Plugin:
@@ -219,16 +287,42 @@ class _Plugin:
         self.seeds: int | None = opt("tideloop_seeds")
         if self.seeds is not None and self.seeds < 1:
             raise pytest.UsageError("--tideloop-seeds must be at least 1")
+        self.strategy: str = opt("tideloop_strategy")
+        self.depth: int = opt("tideloop_depth")
+        self.bound: int = opt("tideloop_bound")
+        self.shrink_budget: int = opt("tideloop_shrink")
+        if self.depth < 1 or self.bound < 0 or self.shrink_budget < 0:
+            raise pytest.UsageError(
+                "--tideloop-depth must be at least 1, --tideloop-bound and "
+                "--tideloop-shrink at least 0"
+            )
+        tape_dir = opt("tideloop_tape_dir")
+        self.tape_dir: str | None = tape_dir
+        tape_path = opt("tideloop_tape")
+        self.tape_path: str | None = tape_path
+        self.tape: Tape | None = None
+        if tape_path is not None:
+            try:
+                self.tape = Tape.load(tape_path)
+            except (OSError, ValueError, KeyError) as exc:
+                raise pytest.UsageError(
+                    f"--tideloop-tape: cannot read {tape_path}: {exc}"
+                ) from None
+            if self.tape.virtual_time:
+                self.virtual_time = True
         self.enabled: bool = (
             opt("tideloop")
             or self.virtual_time
             or threshold is not None
             or self.seed is not None
             or self.seeds is not None
+            or self.tape is not None
         )
         #: The running test's settings (None between tests).
         self.current: _Settings | None = None
         self.failures: list[_Failure] = []
+        #: Lines for the summary: tests whose bounded space was exhausted.
+        self.exhausted: list[str] = []
         self._previous_policy: Any = None
         self._policy_installed = False
 
@@ -246,13 +340,14 @@ class _Plugin:
                 virtual_time=self.virtual_time,
                 seed=self.seed,
                 autojump_threshold=self.autojump_threshold,
+                strategy=None if self.tape is None else self.tape.strategy(),
             )
         if not settings.active:
             return self._previous_new_loop()
         return new_event_loop(
             virtual_time=settings.clock() if settings.virtual_time else False,
-            seed=settings.seed,
             network=settings.network() if settings.uses_network else None,
+            strategy=settings.decisions(),
         )
 
     def _previous_new_loop(self) -> asyncio.AbstractEventLoop:
@@ -280,7 +375,9 @@ class _Plugin:
     # ------------------------------------------------------------------
     # Which tests, which settings
 
-    def settings_for(self, item: pytest.Item, seed: int | None) -> _Settings:
+    def settings_for(
+        self, item: pytest.Item, seed: int | None, strategy: Strategy | None = None
+    ) -> _Settings:
         marker = item.get_closest_marker("tideloop")
         fixtures = getattr(item, "fixturenames", ())
         uses_network = "tideloop_net" in fixtures
@@ -291,7 +388,10 @@ class _Plugin:
             autojump_threshold=self.autojump_threshold,
             seed=seed,
             uses_network=uses_network,
+            strategy=strategy,
         )
+        if strategy is None and self.tape is not None:
+            settings.strategy = self.tape.strategy()
         if marker is not None:
             kwargs = marker.kwargs
             if "virtual_time" in kwargs:
@@ -309,8 +409,9 @@ class _Plugin:
             return list(range(base, base + self.seeds))
         return [self.seed]
 
-    def replay_command(self, item: pytest.Item, seed: int) -> str:
-        args = ["pytest", item.nodeid, f"--tideloop-seed={seed}"]
+    def replay_command(self, item: pytest.Item, seed: int | None, tape: str | None = None) -> str:
+        args = ["pytest", item.nodeid]
+        args.append(f"--tideloop-tape={tape}" if tape is not None else f"--tideloop-seed={seed}")
         if self.virtual_time:
             args.append("--tideloop-virtual-time")
         if self.autojump_threshold:
@@ -356,7 +457,12 @@ class _Plugin:
         settings = self.current
         if report.failed and settings is not None and settings.active:
             lines = []
-            if settings.seed is not None:
+            if self.tape is not None:
+                lines.append(f"schedule: the tape {self.tape_path}")
+                lines.append(self.tape.words())
+            elif settings.strategy is not None:
+                lines.append(f"schedule: {settings.strategy.describe()}")
+            elif settings.seed is not None:
                 lines.append(
                     f"schedule seed {settings.seed}; replay: "
                     f"{self.replay_command(item, settings.seed)}"
@@ -415,44 +521,116 @@ class _Plugin:
         return result
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.exhausted and not self.failures:
+            terminalreporter.section("tideloop: schedules")
         if not self.failures:
+            for line in self.exhausted:
+                terminalreporter.line(line)
             return
-        terminalreporter.section("tideloop: failing schedule seeds")
+        terminalreporter.section("tideloop: failing schedules")
         for f in self.failures:
             terminalreporter.line(
-                f"{f.nodeid}: seed {f.seed} failed ({f.passed_before} seeds passed before it)"
+                f"{f.nodeid}: {f.schedule} failed ({f.passed_before} schedules passed before it)"
             )
+            if f.words:
+                terminalreporter.line("    " + f.words.replace("\n", "\n    "))
             terminalreporter.line(f"    replay: {f.replay}")
+        for line in self.exhausted:
+            terminalreporter.line(line)
+
+
+def _tape_path(plugin: _Plugin, item: pytest.Item) -> Path:
+    """Where a failing schedule of *item* is saved."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid.split("::", 1)[-1])[:150]
+    stem = Path(str(item.fspath)).stem
+    if plugin.tape_dir is not None:
+        return Path(plugin.tape_dir) / f"{stem}__{name}.json"
+    return Path(str(item.fspath)).parent / ".tideloop-tapes" / f"{stem}__{name}.json"
 
 
 class _SeedRunner:
-    """Runs each async test under several seeds (``--tideloop-seeds``)."""
+    """Runs each async test under several schedules (``--tideloop-seeds``)."""
 
     def __init__(self, plugin: _Plugin) -> None:
         self._plugin = plugin
+
+    def _schedules(
+        self, item: pytest.Item
+    ) -> Generator[tuple[int | None, Strategy | None], DecisionLog | None, None]:
+        """(seed, strategy) per run; the runner sends each run's log back in."""
+        plugin = self._plugin
+        seeds = plugin.seeds_for(item)
+        if len(seeds) == 1 or plugin.strategy == "random":
+            for seed in seeds:
+                yield seed, None
+            return
+        n = len(seeds)
+        base = seeds[0] or 0
+        if plugin.strategy == "pct":
+            log = yield base, ReplayStrategy({})
+            length = 1 if log is None else max(log.count, 1)
+            for i in range(1, n):
+                s = base + i
+                log = yield s, PCTStrategy(s, depth=plugin.depth, length=length)
+                if log is not None:
+                    length = max(length, log.count)
+            return
+        space = Systematic(plugin.bound)
+        last: DecisionLog | None = None
+        for i in range(n):
+            strategy = space.next(last)
+            if strategy is None:
+                plugin.exhausted.append(
+                    f"{item.nodeid}: every schedule with at most {plugin.bound} "
+                    f"deviation(s) passed ({i} schedules: exhausted)"
+                    if space.exhausted
+                    else f"{item.nodeid}: {i} schedules passed (a run met more decision "
+                    "points than a log keeps: not exhausted)"
+                )
+                return
+            last = yield base + i, strategy
+
+    def _run(
+        self, item: pytest.Item, seed: int | None, strategy: Strategy | None
+    ) -> tuple[list[pytest.TestReport], DecisionLog | None]:
+        plugin = self._plugin
+        plugin.current = settings = plugin.settings_for(item, seed, strategy)
+        # Each run tears down only the test's own fixtures (nextitem =
+        # its parent); the parent's stay up for the next run.
+        reports = runtestprotocol(item, log=False, nextitem=item.parent)  # type: ignore[arg-type]
+        return reports, settings._log
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:
         plugin = self._plugin
-        seeds = plugin.seeds_for(item)
-        if len(seeds) == 1:
+        if len(plugin.seeds_for(item)) == 1:
             return None
         ihook = item.ihook
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reports: list[pytest.TestReport] = []
-        for i, seed in enumerate(seeds):
-            plugin.current = plugin.settings_for(item, seed)
-            # Each run tears down only the test's own fixtures (nextitem =
-            # its parent); the parent's stay up for the next run.
-            reports = runtestprotocol(item, log=False, nextitem=item.parent)  # type: ignore[arg-type]
-            if any(r.failed for r in reports):
-                assert seed is not None
-                plugin.failures.append(
-                    _Failure(item.nodeid, seed, i, plugin.replay_command(item, seed))
-                )
-                break
+        schedules = self._schedules(item)
+        last: DecisionLog | None = None
+        i = 0
+        try:
+            seed, strategy = next(schedules)
+            while True:
+                reports, last = self._run(item, seed, strategy)
+                if any(r.failed for r in reports):
+                    self._failed(
+                        item,
+                        seed=seed,
+                        strategy=strategy,
+                        log=last,
+                        passed_before=i,
+                        reports=reports,
+                    )
+                    break
+                i += 1
+                seed, strategy = schedules.send(last)
+        except StopIteration:
+            pass
         # Now the teardown that the next item expects (what runtestprotocol
         # would have done with the real nextitem).
         setupstate = item.session._setupstate
@@ -469,6 +647,54 @@ class _SeedRunner:
             ihook.pytest_runtest_logreport(report=report)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
+
+    def _failed(
+        self,
+        item: pytest.Item,
+        *,
+        seed: int | None,
+        strategy: Strategy | None,
+        log: DecisionLog | None,
+        passed_before: int,
+        reports: list[pytest.TestReport],
+    ) -> None:
+        """Shrink a failing schedule, save its tape, and say how to replay it."""
+        plugin = self._plugin
+        described = strategy.describe() if strategy is not None else f"seed {seed}"
+        if log is None:  # the test built no perturbed loop: only the seed replays
+            replay = plugin.replay_command(item, seed)
+            plugin.failures.append(_Failure(item.nodeid, described, passed_before, replay))
+            return
+        original = len(log.deviations)
+        runs = 0
+        if plugin.shrink_budget and log.deviations:
+
+            def fails(candidate: dict[Point, int]) -> DecisionLog | None:
+                trial_reports, trial = self._run(item, seed, ReplayStrategy(candidate))
+                failed = any(r.failed for r in trial_reports)
+                return trial if failed and trial is not None else None
+
+            log, runs = shrink_deviations(log, fails, budget=plugin.shrink_budget)
+        failure = next((str(r.longrepr) for r in reports if r.failed), "")
+        tape = Tape.from_log(
+            log,
+            found_by=described,
+            scenario=item.nodeid,
+            failure=failure.splitlines()[-1] if failure else "",
+            virtual_time=plugin.settings_for(item, seed).virtual_time,
+            shrunk_from=original,
+        )
+        path = tape.save(_tape_path(plugin, item))
+        words = tape.words()
+        if runs:
+            words += f"\n(shrunk from {original} deviation(s) in {runs} run(s))"
+        replay = plugin.replay_command(item, seed, str(path))
+        plugin.failures.append(_Failure(item.nodeid, described, passed_before, replay, words))
+        for report in reports:
+            if report.failed:
+                report.sections.append(
+                    ("tideloop: minimal schedule", f"{words}\ntape: {path}\nreplay: {replay}")
+                )
 
 
 class _AsyncioLoopFactories:

@@ -1,0 +1,503 @@
+"""Exploration: many schedules of one scenario, shrinking, and tapes.
+
+Layer: top (``tideloop.testing``). A *scenario* is a function that returns
+a fresh coroutine (a test body, a planted race); `attempt` runs it once on a
+perturbed loop and returns its `DecisionLog` and the exception it raised.
+On top of that:
+
+- `explore` runs schedules with a strategy until one fails: ``"random"``
+  (one `RandomStrategy` per seed), ``"pct"`` (`PCTStrategy`, its change
+  points spread over the decision count a first unperturbed run measured,
+  kept up to date), or ``"systematic"`` (every schedule with at most
+  *bound* deviations, fewest first, each deviation a point of the run it
+  deviates from; it says *exhausted* only when it ran them all and no run
+  met more points than a log keeps);
+- `shrink` reduces a failing run's deviations to a 1-minimal list that still
+  fails (delta debugging: no single deviation of it can be dropped), then
+  lowers each value as far as the failure allows;
+- a `Tape` is that list, by point identity, with its words, the run's full
+  decision log (the event log `trace` prints) and what failed: saved as
+  JSON, it replays with `ReplayStrategy` on any supported Python.
+
+Invariant: a scenario's runs share nothing but what the scenario itself
+shares; every run gets new loops, a new strategy and a new log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import sys
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ._strategy import (
+    LOG_LIMIT,
+    Decision,
+    DecisionLog,
+    PCTStrategy,
+    Point,
+    RandomStrategy,
+    ReplayStrategy,
+    Strategy,
+)
+
+Scenario = Callable[[], Coroutine[Any, Any, object]]
+
+#: The strategies `explore` knows by name.
+STRATEGIES: Final = ("random", "pct", "systematic")
+
+#: A run's limit, in seconds of loop time (`attempt`).
+DEFAULT_TIMEOUT: Final = 30.0
+
+#: A tape file's format version.
+TAPE_VERSION: Final = 1
+
+
+def _point(raw: list[Any]) -> Point:
+    return tuple(raw)
+
+
+@dataclass
+class Tape:
+    """A failing schedule: its deviations by identity, its words, its log."""
+
+    deviations: list[Decision]
+    found_by: str = ""
+    scenario: str = ""
+    failure: str = ""
+    python: str = field(default_factory=platform.python_version)
+    implementation: str = field(default_factory=lambda: sys.implementation.name)
+    virtual_time: bool = False
+    decisions: list[Decision] = field(default_factory=list)
+    decision_count: int = 0
+    shrunk_from: int | None = None
+
+    @classmethod
+    def from_log(cls, log: DecisionLog, **kwargs: Any) -> Tape:
+        deviations = sorted(log.deviations.values(), key=lambda d: d.index)
+        return cls(
+            deviations=deviations,
+            decisions=list(log.decisions),
+            decision_count=log.count,
+            **kwargs,
+        )
+
+    def strategy(self) -> ReplayStrategy:
+        """A strategy that replays this tape."""
+        return ReplayStrategy({d.point: d.value for d in self.deviations})
+
+    def words(self) -> str:
+        """The schedule in words: each deviation, and that all else kept order."""
+        if not self.deviations:
+            return "the unperturbed schedule (no deviation)"
+        lines = [f"{len(self.deviations)} deviation(s) from the unperturbed schedule:"]
+        lines += [f"  - {d.words or d.point}" for d in self.deviations]
+        lines.append("  everything else in order")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------
+    # Files
+
+    def to_json(self) -> dict[str, Any]:
+        def dump(d: Decision) -> dict[str, Any]:
+            return {
+                "i": d.index,
+                "point": list(d.point),
+                "n": d.n,
+                "value": d.value,
+                "words": d.words,
+            }
+
+        return {
+            "tideloop_tape": TAPE_VERSION,
+            "scenario": self.scenario,
+            "found_by": self.found_by,
+            "failure": self.failure,
+            "python": self.python,
+            "implementation": self.implementation,
+            "virtual_time": self.virtual_time,
+            "shrunk_from": self.shrunk_from,
+            "deviations": [dump(d) for d in self.deviations],
+            "decision_count": self.decision_count,
+            "decisions": [dump(d) for d in self.decisions],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Tape:
+        if data.get("tideloop_tape") != TAPE_VERSION:
+            raise ValueError(f"not a tideloop tape (version {TAPE_VERSION})")
+
+        def load(d: dict[str, Any]) -> Decision:
+            return Decision(
+                int(d["i"]), _point(d["point"]), int(d["n"]), int(d["value"]), d["words"]
+            )
+
+        return cls(
+            deviations=[load(d) for d in data["deviations"]],
+            found_by=data.get("found_by", ""),
+            scenario=data.get("scenario", ""),
+            failure=data.get("failure", ""),
+            python=data.get("python", ""),
+            implementation=data.get("implementation", ""),
+            virtual_time=bool(data.get("virtual_time", False)),
+            decisions=[load(d) for d in data.get("decisions", ())],
+            decision_count=int(data.get("decision_count", 0)),
+            shrunk_from=data.get("shrunk_from"),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tape:
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def trace(self) -> str:
+        """The run's event log: every decision, deviations marked ``*``."""
+        lines = [
+            f"tape of {self.scenario or 'a scenario'}: {self.found_by}",
+            f"recorded on {self.implementation} {self.python}; "
+            f"{self.decision_count} decision(s), {len(self.deviations)} deviation(s)",
+        ]
+        if self.failure:
+            lines.append(f"failure: {self.failure}")
+        for d in self.decisions:
+            mark = "*" if d.value else " "
+            lines.append(f"{mark} #{d.index:<5} {d.words or d.point}")
+        if self.decision_count > len(self.decisions):
+            lines.append(f"  ... {self.decision_count - len(self.decisions)} more not logged")
+        return "\n".join(lines)
+
+
+def diff(a: Tape, b: Tape) -> str:
+    """Where two tapes' event logs first differ (or that they do not)."""
+    for da, db in zip(a.decisions, b.decisions, strict=False):
+        if da.point != db.point or da.value != db.value:
+            return (
+                f"first divergence at decision #{da.index}:\n"
+                f"  A: {da.words or da.point} (value {da.value})\n"
+                f"  B: {db.words or db.point} (value {db.value})"
+            )
+    if len(a.decisions) != len(b.decisions):
+        shorter, longer = ("A", "B") if len(a.decisions) < len(b.decisions) else ("B", "A")
+        n = min(len(a.decisions), len(b.decisions))
+        return f"the same first {n} decisions; then {shorter} ends and {longer} goes on"
+    return f"the same {len(a.decisions)} decisions"
+
+
+# ----------------------------------------------------------------------
+# Runs
+
+
+def _describe_failure(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text if len(text) < 2000 else text[:2000] + "..."
+
+
+class RunTimeout(AssertionError):
+    """A schedule of the scenario did not finish within its time (a hang)."""
+
+
+async def _within(scenario: Scenario, timeout: float | None) -> object:
+    if timeout is None:
+        return await scenario()
+    try:
+        async with asyncio.timeout(timeout):
+            return await scenario()
+    except TimeoutError as exc:
+        raise RunTimeout(f"the run did not finish within {timeout} s of loop time") from exc
+
+
+def attempt(
+    scenario: Scenario,
+    strategy: Strategy,
+    *,
+    virtual_time: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> tuple[DecisionLog, BaseException | None]:
+    """Run *scenario* once under *strategy*: its log, and what it raised (or None).
+
+    A run that takes more than *timeout* seconds of loop time (virtual
+    seconds under virtual time) fails with `RunTimeout`: a schedule that
+    hangs is a failure too.
+    """
+    from . import run  # the package imports this module
+
+    log = DecisionLog(strategy)
+    try:
+        run(_within(scenario, timeout), virtual_time=virtual_time, strategy=log)
+    except Exception as exc:
+        return log, exc
+    return log, None
+
+
+@dataclass
+class Exploration:
+    """What `explore` did: how many schedules, and the failure it found."""
+
+    strategy: str
+    schedules: int = 0
+    exhausted: bool = False
+    tape: Tape | None = None
+    seconds: float = 0.0
+    shrink_runs: int = 0
+
+    @property
+    def found(self) -> bool:
+        return self.tape is not None
+
+
+def shrink_deviations(
+    log: DecisionLog,
+    fails: Callable[[dict[Point, int]], DecisionLog | None],
+    *,
+    budget: int = 500,
+) -> tuple[DecisionLog, int]:
+    """A 1-minimal failing run under *log*'s deviations, and the runs it took.
+
+    *fails(deviations)* runs the scenario under those deviations and
+    returns its log if it failed, else None. Delta debugging over the
+    deviations (a subset that still fails replaces the set; a run that
+    meets fewer points keeps only those), then each remaining value is
+    lowered while it still fails.
+    """
+    best = log
+    devs = {p: d.value for p, d in log.deviations.items()}
+    runs = 0
+
+    def trial(candidate: dict[Point, int]) -> DecisionLog | None:
+        nonlocal runs
+        runs += 1
+        return fails(candidate)
+
+    n = 2
+    while len(devs) >= 2 and runs < budget:
+        items = sorted(devs.items(), key=lambda kv: best.deviations[kv[0]].index)
+        size = max(1, len(items) // n)
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        reduced = False
+        for chunk in chunks + [[kv for kv in items if kv not in c] for c in chunks]:
+            if not chunk or len(chunk) == len(items):
+                continue
+            failed = trial(dict(chunk))
+            if failed is not None:
+                best = failed
+                devs = {p: d.value for p, d in failed.deviations.items()}
+                n = 2 if len(chunk) <= size else max(n - 1, 2)
+                reduced = True
+                break
+            if runs >= budget:
+                break
+        if not reduced:
+            if n >= len(items):
+                break
+            n = min(2 * n, len(items))
+    if len(devs) == 1 and runs < budget:
+        failed = trial({})
+        if failed is not None:
+            best, devs = failed, {}
+    # Lower each value while the failure stays.
+    for point in list(devs):
+        while devs.get(point, 0) > 1 and runs < budget:
+            candidate = dict(devs)
+            candidate[point] -= 1
+            failed = trial(candidate)
+            if failed is None:
+                break
+            best = failed
+            devs = {p: d.value for p, d in failed.deviations.items()}
+    return best, runs
+
+
+def shrink(
+    scenario: Scenario,
+    log: DecisionLog,
+    *,
+    virtual_time: bool = False,
+    budget: int = 500,
+    failure: BaseException | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> tuple[DecisionLog, BaseException | None, int]:
+    """`shrink_deviations` for a scenario: the 1-minimal failing run, what it
+    raised, and the runs it took (*failure*: what *log*'s run raised)."""
+    last = failure
+
+    def fails(candidate: dict[Point, int]) -> DecisionLog | None:
+        nonlocal last
+        trial, exc = attempt(
+            scenario, ReplayStrategy(candidate), virtual_time=virtual_time, timeout=timeout
+        )
+        if exc is None:
+            return None
+        last = exc
+        return trial
+
+    best, runs = shrink_deviations(log, fails, budget=budget)
+    return best, last, runs
+
+
+class Systematic:
+    """Every schedule with at most *bound* deviations, fewest first.
+
+    Driven by the runs themselves: `next` takes the log of the run it
+    handed out last and returns the strategy of the next run (the first is
+    the unperturbed schedule), or None when every schedule of the bounded
+    space has run. Each deviation is a point met by the run it deviates
+    from, after that run's last deviation, so no set is tried twice in
+    another order. `exhausted` is then True unless a run met more points
+    than a log keeps (`LOG_LIMIT`): those points were never enumerated.
+    """
+
+    def __init__(self, bound: int = 2) -> None:
+        if bound < 0:
+            raise ValueError(f"bound must not be negative, not {bound!r}")
+        self.bound = bound
+        self.complete = True
+        self.exhausted = False
+        self._frontier: deque[tuple[dict[Point, int], list[Decision]]] = deque()
+        self._pending: tuple[dict[Point, int], Point] | None = None
+        self._started = False
+        self._runs = 0
+        self._children = self._enumerate()
+
+    def _enumerate(self) -> Iterator[tuple[dict[Point, int], Point]]:
+        frontier = self._frontier
+        while frontier:
+            devs, after = frontier.popleft()
+            for decision in after:
+                for value in range(1, decision.n):
+                    yield {**devs, decision.point: value}, decision.point
+
+    def next(self, last: DecisionLog | None) -> ReplayStrategy | None:
+        if not self._started:
+            self._started = True
+            self._runs = 1
+            return ReplayStrategy({}, label=f"systematic (bound {self.bound}), schedule 1")
+        if last is not None:
+            self.complete &= last.count <= LOG_LIMIT
+            pending = self._pending
+            if pending is None:
+                if self.bound:
+                    self._frontier.append(({}, last.decisions))
+            else:
+                devs, point = pending
+                met = last.deviations.get(point)
+                if met is not None and len(devs) < self.bound:
+                    self._frontier.append((devs, last.decisions[met.index + 1 :]))
+        child = next(self._children, None)
+        if child is None:
+            self._pending = None
+            self.exhausted = self.complete
+            return None
+        self._pending = child
+        self._runs += 1
+        label = f"systematic (bound {self.bound}), schedule {self._runs}"
+        return ReplayStrategy(child[0], label=label)
+
+
+def explore(
+    scenario: Scenario,
+    *,
+    strategy: str = "random",
+    schedules: int = 1000,
+    seed: int = 0,
+    depth: int = 2,
+    bound: int = 2,
+    virtual_time: bool = False,
+    shrink_failure: bool = True,
+    name: str = "",
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> Exploration:
+    """Run *scenario* under up to *schedules* schedules; stop at the first failure.
+
+    *strategy*: ``"random"`` (seeds *seed*, *seed* + 1, ...), ``"pct"``
+    (that many PCT schedules of *depth* change points, seeded the same way)
+    or ``"systematic"`` (every schedule with at most *bound* deviations, in
+    order of their number, up to *schedules* of them). A failure is shrunk
+    (unless *shrink_failure* is false) and returned as a `Tape`. A run
+    longer than *timeout* seconds of loop time fails (`RunTimeout`).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    if schedules < 1:
+        raise ValueError(f"schedules must be at least 1, not {schedules!r}")
+    result = Exploration(strategy)
+    start = time.perf_counter()
+    failing: DecisionLog | None = None
+    failure: BaseException | None = None
+    found_by = ""
+    if strategy == "systematic":
+        space = Systematic(bound)
+        last: DecisionLog | None = None
+        while result.schedules < schedules:
+            next_strategy = space.next(last)
+            if next_strategy is None:
+                result.exhausted = space.exhausted
+                break
+            last, exc = attempt(scenario, next_strategy, virtual_time=virtual_time, timeout=timeout)
+            result.schedules += 1
+            if exc is not None:
+                failing, failure = last, exc
+                found_by = next_strategy.describe()
+                break
+    else:
+        length = 0
+        if strategy == "pct":
+            log, exc = attempt(
+                scenario, ReplayStrategy({}), virtual_time=virtual_time, timeout=timeout
+            )
+            result.schedules += 1
+            length = log.count
+            if exc is not None:
+                failing, failure, found_by = log, exc, "the unperturbed schedule"
+        for i in range(schedules - result.schedules if failing is None else 0):
+            s = seed + i
+            chosen: Strategy
+            if strategy == "pct":
+                chosen = PCTStrategy(s, depth=depth, length=max(length, 1))
+            else:
+                chosen = RandomStrategy(s)
+            log, exc = attempt(scenario, chosen, virtual_time=virtual_time, timeout=timeout)
+            result.schedules += 1
+            length = max(length, log.count)
+            if exc is not None:
+                failing, failure, found_by = log, exc, chosen.describe()
+                break
+    if failing is not None and failure is not None:
+        original = len(failing.deviations)
+        if shrink_failure:
+            failing, shrunk_exc, result.shrink_runs = shrink(
+                scenario, failing, virtual_time=virtual_time, failure=failure, timeout=timeout
+            )
+            failure = shrunk_exc or failure
+        result.tape = Tape.from_log(
+            failing,
+            found_by=found_by,
+            scenario=name,
+            failure=_describe_failure(failure),
+            virtual_time=virtual_time,
+            shrunk_from=original if shrink_failure else None,
+        )
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:
+    """Run *scenario* under a tape's deviations; raise what it raises."""
+    if not isinstance(tape, Tape):
+        tape = Tape.load(tape)
+    log = DecisionLog(tape.strategy())
+    from . import run
+
+    run(scenario(), virtual_time=tape.virtual_time, strategy=log)
+    return log
