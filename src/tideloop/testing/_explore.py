@@ -26,7 +26,9 @@ shares; every run gets new loops, a new strategy and a new log.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import os
 import platform
 import sys
 import time
@@ -490,6 +492,76 @@ def explore(
         )
     result.seconds = time.perf_counter() - start
     return result
+
+
+# ----------------------------------------------------------------------
+# Worker processes (``python -m tideloop.testing explore -j``)
+
+#: Seeds a worker runs between two reports to the parent (and state saves).
+BATCH: Final = 20
+
+
+def load_scenario(spec: str) -> Scenario:
+    """``package.module:function`` (the current directory is importable)."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ValueError(f"expected MODULE:FUNCTION, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    target: Any = importlib.import_module(module_name)
+    for part in name.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{spec} is not callable")
+    scenario: Scenario = target
+    return scenario
+
+
+def strategy_for(strategy: str, seed: int, depth: int, length: int) -> Strategy:
+    """The strategy of one seed of a random or pct exploration."""
+    if strategy == "pct":
+        return PCTStrategy(seed, depth=depth, length=max(length, 1))
+    return RandomStrategy(seed)
+
+
+@dataclass
+class SeedJob:
+    """What a worker process runs: these seeds of this scenario."""
+
+    scenario: str
+    strategy: str
+    seeds: list[int]
+    depth: int
+    length: int
+    virtual_time: bool
+    timeout: float | None
+
+
+def run_seeds(job: SeedJob, out: Any) -> None:
+    """A worker process's body: run the seeds, report batches, stop at a failure.
+
+    Messages on *out*: ``("passed", seeds)``, ``("failed", seed, text)``,
+    ``("finished",)``.
+    """
+    scenario = load_scenario(job.scenario)
+    done: list[int] = []
+    for seed in job.seeds:
+        _, exc = attempt(
+            scenario,
+            strategy_for(job.strategy, seed, job.depth, job.length),
+            virtual_time=job.virtual_time,
+            timeout=job.timeout,
+        )
+        if exc is not None:
+            out.put(("passed", done))
+            out.put(("failed", seed, _describe_failure(exc)))
+            return
+        done.append(seed)
+        if len(done) >= BATCH:
+            out.put(("passed", done))
+            done = []
+    out.put(("passed", done))
+    out.put(("finished",))
 
 
 def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:

@@ -1,0 +1,51 @@
+"""The planted races are sound: each passes on the loops that do not perturb.
+
+A race in `races.RACES` must pass on the stdlib loop and on tideloop's
+unperturbed loop (its bug needs a schedule that only a perturbation, or a
+rare real delay, produces); `races.CONTROL`, a similar program done right,
+must in addition pass under every seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from races import CONTROL, RACES, Planted, fails
+
+from tideloop import testing
+
+STDLIB_RUNS = 20
+
+
+
+def stdlib_fails(planted: Planted) -> bool:
+    try:
+        asyncio.run(planted.race())
+    except AssertionError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("planted", [*RACES, CONTROL], ids=lambda p: p.name)
+def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
+    if planted.virtual_time:
+        pytest.skip("written for virtual time (on real time it sleeps for real)")
+    failures = sum(stdlib_fails(planted) for _ in range(STDLIB_RUNS))
+    assert failures == 0
+
+
+@pytest.mark.parametrize("planted", [*RACES, CONTROL], ids=lambda p: p.name)
+def test_passes_on_tideloop_unperturbed(planted: Planted) -> None:
+    failures = sum(fails(planted, None) for _ in range(STDLIB_RUNS))
+    assert failures == 0
+
+
+def test_control_passes_under_every_seed() -> None:
+    failed = []
+    for seed in range(50):
+        try:
+            testing.run(CONTROL.race(), virtual_time=CONTROL.virtual_time, seed=seed)
+        except AssertionError:
+            failed.append(seed)
+    assert failed == []
