@@ -208,7 +208,7 @@ def test_failing_run_names_its_seed() -> None:
 def test_poll_events_are_permuted_not_lost() -> None:
     perturber = Perturber(3)
     events = [(fd, READ) for fd in range(10, 20)]
-    wait = perturber.attach(collections.deque(), None, lambda: 0.0)
+    wait = perturber.attach(collections.deque(), None, lambda: 0.0, lambda: None)
     seen: list[int] = []
     for _ in range(10):
         seen += [fd for fd, _ in wait(lambda timeout: list(events), 0.0)]

@@ -18,7 +18,6 @@ from tideloop import testing
 STDLIB_RUNS = 20
 
 
-
 def stdlib_fails(planted: Planted) -> bool:
     try:
         asyncio.run(planted.race())

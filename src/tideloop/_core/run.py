@@ -200,18 +200,34 @@ class Schedule(Protocol):
         """Where a timer goes among *n* with its deadline, 0..n (see `TimerQueue`)."""
         ...
 
-    def attach(self, ready: ReadyQueue, wait: WaitFn | None, now: Callable[[], float]) -> WaitFn:
+    def attach(
+        self,
+        ready: ReadyQueue,
+        wait: WaitFn | None,
+        now: Callable[[], float],
+        deadline: Callable[[], float | None],
+    ) -> WaitFn:
         """Bind to a loop's ready queue; return the wait function the loop calls.
 
         *wait* is the clock's (None for real time: block in *poll*); *now*
-        the loop's time. The
-        returned function is called once per iteration, like a clock's wait,
-        and returns the events the loop dispatches, in dispatch order.
+        the loop's time; *deadline* the earliest timer's deadline (None
+        without timers; it may be a cancelled timer's). The returned
+        function is called once per iteration, like a clock's wait, and
+        returns the events the loop dispatches, in dispatch order.
         """
         ...
 
     def admit_threadsafe(self, handle: asyncio.Handle) -> None:
         """Queue a ``call_soon_threadsafe`` handle. Called from any thread."""
+        ...
+
+    def carry_thread_results(self, on: bool) -> None:
+        """While on, the loop's own thread queues another thread's result.
+
+        ``run_in_executor`` turns it on around chaining a job's future: a
+        job that already finished is chained by the loop's thread, and its
+        result must still count as a thread's (it could have been late).
+        """
         ...
 
 
@@ -286,8 +302,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
             wait = self._wait_behind_executor_jobs
         self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
         if schedule is not None:
-            wait = schedule.attach(ready, wait, clock.now)
+            wait = schedule.attach(ready, wait, clock.now, self._head_deadline)
             self._admit_threadsafe = schedule.admit_threadsafe
+        self._schedule = schedule
         self._clock_wait = wait
         self._io = io
         self._poll = io.poll
@@ -483,6 +500,11 @@ class CoreLoop(asyncio.AbstractEventLoop):
             doc="The loop's time function: its clock's (time.monotonic on the real "
             "clock), or what replaced it.",
         )
+
+    def _head_deadline(self) -> float | None:
+        """The earliest deadline in the timer heap (a Schedule's view)."""
+        heap = self._timers.heap
+        return heap[0] if heap else None
 
     def _timer_handle_cancelled(self, handle: TimerHandle) -> None:
         # Called by TimerHandle.cancel() (asyncio's and ours): the timer
@@ -1216,9 +1238,17 @@ class CoreLoop(asyncio.AbstractEventLoop):
         # Counted before it is submitted: the job may run, and another thread
         # read loop.metrics() (its executor_pending), before submit() returns.
         self._executor_jobs += 1
+        schedule = self._schedule
         try:
             job = executor.submit(func, *args)
-            fut = asyncio.wrap_future(job, loop=self)
+            if schedule is None:
+                fut = asyncio.wrap_future(job, loop=self)
+            else:
+                schedule.carry_thread_results(True)
+                try:
+                    fut = asyncio.wrap_future(job, loop=self)
+                finally:
+                    schedule.carry_thread_results(False)
         except BaseException:
             self._executor_jobs -= 1
             raise

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from ._explore import (
-    DEFAULT_TIMEOUT,
     STRATEGIES,
     Scenario,
     SeedJob,
@@ -242,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--timeout",
         type=float,
-        default=DEFAULT_TIMEOUT,
-        help="a run longer than this (seconds of loop time) fails",
+        default=None,
+        help="a run longer than this (seconds of loop time) fails "
+        "(default: 60, or a week under --virtual-time)",
     )
     p.set_defaults(run=_cmd_explore)
     p = commands.add_parser("replay", help="run a scenario under a tape's schedule")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import math
 import os
 import platform
 import sys
@@ -55,8 +56,10 @@ Scenario = Callable[[], Coroutine[Any, Any, object]]
 #: The strategies `explore` knows by name.
 STRATEGIES: Final = ("random", "pct", "systematic")
 
-#: A run's limit, in seconds of loop time (`attempt`).
-DEFAULT_TIMEOUT: Final = 30.0
+#: A run's limit in seconds of loop time when none is given (`attempt`):
+#: on the real clock, and on a virtual one (where hours pass in no time).
+REAL_TIMEOUT: Final = 60.0
+VIRTUAL_TIMEOUT: Final = 7 * 86400.0
 
 #: A tape file's format version.
 TAPE_VERSION: Final = 1
@@ -210,8 +213,8 @@ class RunTimeout(AssertionError):
     """A schedule of the scenario did not finish within its time (a hang)."""
 
 
-async def _within(scenario: Scenario, timeout: float | None) -> object:
-    if timeout is None:
+async def _within(scenario: Scenario, timeout: float) -> object:
+    if timeout == math.inf:
         return await scenario()
     try:
         async with asyncio.timeout(timeout):
@@ -225,16 +228,19 @@ def attempt(
     strategy: Strategy,
     *,
     virtual_time: bool = False,
-    timeout: float | None = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
 ) -> tuple[DecisionLog, BaseException | None]:
     """Run *scenario* once under *strategy*: its log, and what it raised (or None).
 
     A run that takes more than *timeout* seconds of loop time (virtual
-    seconds under virtual time) fails with `RunTimeout`: a schedule that
-    hangs is a failure too.
+    seconds under virtual time; None: `REAL_TIMEOUT` or `VIRTUAL_TIMEOUT`,
+    ``math.inf``: no limit) fails with `RunTimeout`: a schedule that hangs is
+    a failure too.
     """
     from . import run  # the package imports this module
 
+    if timeout is None:
+        timeout = VIRTUAL_TIMEOUT if virtual_time else REAL_TIMEOUT
     log = DecisionLog(strategy)
     try:
         run(_within(scenario, timeout), virtual_time=virtual_time, strategy=log)
@@ -328,10 +334,12 @@ def shrink(
     virtual_time: bool = False,
     budget: int = 500,
     failure: BaseException | None = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
 ) -> tuple[DecisionLog, BaseException | None, int]:
     """`shrink_deviations` for a scenario: the 1-minimal failing run, what it
-    raised, and the runs it took (*failure*: what *log*'s run raised)."""
+    raised, and the runs it took. *failure* is what *log*'s run raised: a
+    smaller schedule must fail with the same exception type to replace it.
+    """
     last = failure
 
     def fails(candidate: dict[Point, int]) -> DecisionLog | None:
@@ -339,8 +347,8 @@ def shrink(
         trial, exc = attempt(
             scenario, ReplayStrategy(candidate), virtual_time=virtual_time, timeout=timeout
         )
-        if exc is None:
-            return None
+        if exc is None or (failure is not None and type(exc) is not type(failure)):
+            return None  # passed, or failed another way: not this failure
         last = exc
         return trial
 
@@ -418,7 +426,7 @@ def explore(
     virtual_time: bool = False,
     shrink_failure: bool = True,
     name: str = "",
-    timeout: float | None = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
 ) -> Exploration:
     """Run *scenario* under up to *schedules* schedules; stop at the first failure.
 

@@ -32,15 +32,17 @@ these, and nothing else:
 3. **Other threads' handles** (``("thread", loop, i)``: the i-th handle
    queued by ``call_soon_threadsafe`` from another thread, which includes
    every executor and ``to_thread`` result): admitted at once (0) or held
-   for v iterations, 1 .. *max_hold* (a thread may be descheduled, or slow,
-   at any moment). A held handle lets time pass: the loop blocks (or a
-   virtual clock jumps) to timers that fall due meanwhile, so a result can
-   be ordered after timers due after it was sent, as a slow thread's would.
-   That is bounded by *thread_horizon* seconds of loop time from its
-   arrival: a handle is admitted before the loop waits for a timer beyond
-   that (a 5 ms job is not modelled as taking ten seconds), and at once
-   when no timer is pending at all. Handles from one thread keep their
-   order.
+   until v more iterations that run timers have passed, 1 .. *max_hold*
+   (a thread may be descheduled, or slow, at any moment): it is then
+   queued after those timers' callbacks, as a slow thread's result would
+   be. Counting timer firings, not iterations, makes this an order, not a
+   race with the loop's pace: the same value puts the result after the
+   same timers however fast the thread really was. A held handle lets time
+   pass (the loop blocks, or a virtual clock jumps, to the next timer),
+   within *thread_horizon* seconds of loop time from its arrival: a handle
+   is admitted before the loop waits for a timer beyond that (a 5 ms job is
+   not modelled as taking ten seconds), and at once when no timer is
+   pending at all. Handles from one thread keep their order.
 
 Never varied, because asyncio guarantees them: ``call_soon`` callbacks run
 in FIFO order (including ``call_soon_threadsafe`` from the loop's own
@@ -142,6 +144,8 @@ class Perturber:
 
     __slots__ = (
         "_arrivals",
+        "_carrying",
+        "_deadline",
         "_defer_weights",
         "_deferred",
         "_fd_ids",
@@ -227,9 +231,11 @@ class Perturber:
         #: thread name -> the iteration count its last handle waits for
         self._threads: dict[str, int] = {}
         self._loop_thread: int | None = None
+        self._carrying = False
         self._ready: ReadyQueue | None = None
         self._inner: WaitFn | None = None
         self._now: Callable[[], float] | None = None
+        self._deadline: Callable[[], float | None] | None = None
         #: Decisions taken that changed something (for tests and reports).
         self.shuffles = 0
         self.deferrals = 0
@@ -248,12 +254,19 @@ class Perturber:
     def timer_tie(self) -> Callable[[int], int]:
         return self._tie
 
-    def attach(self, ready: ReadyQueue, wait: WaitFn | None, now: Callable[[], float]) -> WaitFn:
+    def attach(
+        self,
+        ready: ReadyQueue,
+        wait: WaitFn | None,
+        now: Callable[[], float],
+        deadline: Callable[[], float | None],
+    ) -> WaitFn:
         if self._ready is not None:
             raise RuntimeError("a Perturber schedules one loop only; make one per loop")
         self._ready = ready
         self._inner = wait
         self._now = now
+        self._deadline = deadline
         self._loop_no = self.log.new_loop()
         return self._wait
 
@@ -262,10 +275,18 @@ class Perturber:
         assert ready is not None, "attach() first"
         owner = self._loop_thread
         if owner is None or owner == threading.get_ident():
+            if self._carrying:
+                # An executor job that finished before the loop chained its
+                # future: its result is a thread's all the same.
+                self._inbox.append((handle, "executor"))
+                return
             # The loop's own thread: FIFO with call_soon, never held.
             ready.append(handle)
         else:
             self._inbox.append((handle, threading.current_thread().name))
+
+    def carry_thread_results(self, on: bool) -> None:
+        self._carrying = on
 
     # ------------------------------------------------------------------
     # Timers with equal deadlines
@@ -345,7 +366,9 @@ class Perturber:
 
             def words(v: int, i: int = i, name: str = name, thread: str = thread) -> str:
                 what = f"handle #{i} from thread {thread!r} ({name})"
-                return f"{what}: held {v} iteration(s)" if v else f"{what}: admitted at once"
+                if not v:
+                    return f"{what}: admitted at once"
+                return f"{what}: arrived after {v} more timer firing(s)"
 
             v = self.log.choose(("thread", self._loop_no, i), n, weights, words) if n > 1 else 0
             # One thread's handles keep their order: never before an earlier one.
@@ -357,16 +380,23 @@ class Perturber:
             self._held.append(_Held(handle, v, deadline, thread, name))
 
     def _admit(self) -> None:
+        """Admit the held handles whose timers have fired; count this iteration's."""
+        assert self._deadline is not None and self._now is not None
+        head = self._deadline()
+        # Timers fall due in this iteration: they run after what is admitted
+        # now, so a handle waiting for one more firing is admitted next time.
+        fired = head is not None and head <= self._now()
         append = self._ready.append  # type: ignore[union-attr]
         keep: list[_Held] = []
         blocked: set[str] = set()
         for h in self._held:
             if h.left <= 0 and h.thread not in blocked:
                 append(h.handle)
-            else:
+                continue
+            if fired:
                 h.left -= 1
-                blocked.add(h.thread)
-                keep.append(h)
+            blocked.add(h.thread)
+            keep.append(h)
         self._held = keep
 
     # ------------------------------------------------------------------

@@ -1,0 +1,317 @@
+"""Strategies, exploration, shrinking, tapes, the command line, and thread timing.
+
+Each planted race in ``races.py`` is a plain asyncio program; these tests
+check that every strategy finds one, that a failure shrinks to the fewest
+deviations and replays from its tape (also from the tapes recorded on
+CPython 3.11 in ``tapes/``, on whatever interpreter runs this: thread
+races too, since a thread's result is held by timer firings, not by real
+time), that a
+correct program never fails and a bounded systematic search says so, and
+that thread results are ordered as a slow thread's would be, never more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from races import CONTROL, RACES, Planted, two_clients_in_order
+
+from tideloop import testing
+from tideloop.testing import (
+    DecisionLog,
+    PCTStrategy,
+    RandomStrategy,
+    ReplayStrategy,
+    Strategy,
+    Tape,
+)
+from tideloop.testing._explore import RunTimeout, attempt
+
+HERE = Path(__file__).parent
+TAPES = HERE / "tapes"
+
+# ----------------------------------------------------------------------
+# Strategies
+
+
+def test_a_seed_makes_the_same_decisions_and_replay_makes_only_its_own() -> None:
+    points = [("fd", 0, i % 3, i) for i in range(200)]
+    weights = [0.2, 0.1, 0.05]
+
+    def values(strategy: Strategy) -> list[int]:
+        return [strategy.choose(p, 4, weights) for p in points]
+
+    first = values(RandomStrategy(5))
+    assert first == values(RandomStrategy(5))
+    assert first != values(RandomStrategy(6))
+    # Close to the weights: about 35% deviate.
+    assert 40 < sum(1 for v in first if v) < 110
+    replay = ReplayStrategy({points[7]: 2, points[9]: 9})
+    assert values(replay) == [2 if i == 7 else 3 if i == 9 else 0 for i in range(200)]
+
+
+def test_pct_deviates_at_exactly_depth_points() -> None:
+    for seed in range(20):
+        strategy = PCTStrategy(seed, depth=3, length=50)
+        chosen = [strategy.choose(("tie", 0, i), 3, [0.5, 0.5]) for i in range(50)]
+        assert sum(1 for v in chosen if v) == 3
+        assert all(0 <= v < 3 for v in chosen)
+    with pytest.raises(ValueError):
+        PCTStrategy(0, depth=0)
+
+
+def test_a_strategy_out_of_range_is_refused() -> None:
+    class Broken(Strategy):
+        def choose(self, point: tuple[object, ...], n: int, weights: object) -> int:
+            return n
+
+    log = DecisionLog(Broken())
+    with pytest.raises(ValueError, match="chose 2 of 2"):
+        log.choose(("tie", 0, 0), 2, [0.5], lambda v: "")
+
+
+def test_ties_are_decisions_only_when_deadlines_are_equal() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        when = loop.time() + 0.001
+        for i in range(20):
+            loop.call_at(when + i * 0.001, lambda: None)  # distinct: no decision
+        loop.call_at(when, lambda: None)  # ties the first one
+        await asyncio.sleep(0.03)
+
+    log = DecisionLog(RandomStrategy(1))
+    testing.run(main(), strategy=log)
+    assert [d.point[0] for d in log.decisions].count("tie") == 1
+
+
+# ----------------------------------------------------------------------
+# Exploration, shrinking, tapes
+
+
+@pytest.mark.parametrize("strategy", ["random", "pct", "systematic"])
+def test_every_strategy_finds_a_socket_race_and_shrinks_it(strategy: str, tmp_path: Path) -> None:
+    found = testing.explore(two_clients_in_order, strategy=strategy, schedules=300)
+    assert found.tape is not None, found
+    tape = found.tape
+    assert len(tape.deviations) == 1  # 1-minimal: the one reordering that matters
+    assert "everything else in order" in tape.words()
+    assert "AssertionError" in tape.failure
+    path = tape.save(tmp_path / "race.json")
+    loaded = Tape.load(path)
+    assert loaded.to_json() == tape.to_json()
+    for _ in range(3):
+        with pytest.raises(AssertionError):
+            testing.replay(two_clients_in_order, path)
+    trace = loaded.trace()
+    assert sum(1 for line in trace.splitlines() if line.startswith("*")) == 1
+    assert testing.diff(loaded, loaded) == f"the same {len(loaded.decisions)} decisions"
+
+
+async def _echo_once() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"hi\n")
+    assert await reader.readline() == b"hi\n"
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+
+
+def test_systematic_search_exhausts_a_correct_program() -> None:
+    baseline, exc = attempt(_echo_once, ReplayStrategy({}))
+    assert exc is None
+    result = testing.explore(_echo_once, strategy="systematic", bound=1, schedules=10_000)
+    assert not result.found
+    assert result.exhausted
+    # Bound 1: the unperturbed run, then each other value of each of its points.
+    assert result.schedules == 1 + sum(d.n - 1 for d in baseline.decisions)
+    bounded = testing.explore(_echo_once, strategy="systematic", bound=2, schedules=5)
+    assert bounded.schedules == 5
+    assert not bounded.exhausted  # stopped at the limit: not said to be exhausted
+
+
+def test_the_control_never_fails() -> None:
+    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
+        result = testing.explore(CONTROL.race, strategy=strategy, schedules=n)
+        assert result.tape is None, result.tape and result.tape.words()
+
+
+@pytest.mark.parametrize("planted", RACES, ids=lambda p: p.name)
+def test_the_recorded_tape_replays(planted: Planted) -> None:
+    """Tapes recorded on CPython 3.11 fail again here, whatever this interpreter."""
+    tape = Tape.load(TAPES / f"{planted.name}.json")
+    assert tape.python.startswith("3.11") and len(tape.deviations) == 1
+    for _ in range(2):
+        with pytest.raises(AssertionError):
+            testing.replay(planted.race, tape)
+
+
+def test_a_run_that_hangs_is_a_failure() -> None:
+    async def hangs() -> None:
+        await asyncio.Event().wait()  # nobody sets it; a timer keeps it from a deadlock
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().call_later(1000, lambda: None)
+        await hangs()
+
+    _, exc = attempt(scenario, ReplayStrategy({}), virtual_time=True, timeout=5)
+    assert isinstance(exc, RunTimeout)
+
+
+# ----------------------------------------------------------------------
+# Thread results: ordered as a slow thread's, within the horizon
+
+
+def _result_vs_timer(delay: float) -> object:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        loop.call_later(delay, order.append, "timer")
+        order.append(await asyncio.to_thread(str, "result"))
+        await asyncio.sleep(delay + 0.01)
+        assert order == ["result", "timer"], order
+
+    return scenario
+
+
+@pytest.mark.parametrize("virtual_time", [False, True])
+def test_a_thread_result_can_come_after_a_timer_within_the_horizon(virtual_time: bool) -> None:
+    found = testing.explore(
+        _result_vs_timer(0.05),  # type: ignore[arg-type]
+        strategy="random",
+        schedules=100,
+        virtual_time=virtual_time,
+    )
+    assert found.tape is not None
+    assert "timer firing" in found.tape.words()
+
+
+@pytest.mark.parametrize("virtual_time", [False, True])
+def test_a_thread_result_never_comes_after_a_timer_past_the_horizon(virtual_time: bool) -> None:
+    found = testing.explore(
+        _result_vs_timer(0.5),  # type: ignore[arg-type]
+        strategy="random",
+        schedules=60,
+        virtual_time=virtual_time,
+    )
+    assert found.tape is None
+
+
+# ----------------------------------------------------------------------
+# Virtual time and threads the loop did not start (ThreadWatch)
+
+
+def test_virtual_time_waits_for_a_busy_thread() -> None:
+    """The issue's case: a thread's 1 ms event under a 20 ms wait_for."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+
+        def work() -> None:
+            time.sleep(0.001)
+            loop.call_soon_threadsafe(event.set)
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        await asyncio.wait_for(event.wait(), 0.02)
+        await asyncio.to_thread(thread.join)
+        return loop.time()
+
+    for _ in range(20):
+        assert testing.run(main(), virtual_time=True) < 0.02
+
+
+def test_virtual_time_does_not_wait_for_an_idle_or_endless_thread() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+        idle = threading.Thread(target=stop.wait)  # blocked: not a waker by itself
+
+        def spin() -> None:  # busy forever: waited for one grace period, then not
+            while not stop.is_set():
+                time.sleep(0.005)
+
+        busy = threading.Thread(target=spin)
+        idle.start()
+        busy.start()
+        try:
+            for _ in range(3):
+                await asyncio.sleep(3600)
+        finally:
+            stop.set()
+            await asyncio.to_thread(idle.join)
+            await asyncio.to_thread(busy.join)
+        return loop.time()
+
+    assert testing.run(main(), virtual_time=True) == 3 * 3600
+
+
+# ----------------------------------------------------------------------
+# The command line
+
+
+def _cli(*args: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-m", "tideloop.testing", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_command_line_explores_replays_traces_and_diffs(tmp_path: Path) -> None:
+    tape = tmp_path / "race.json"
+    found = _cli("explore", "races:check_then_act_across_io", "--tape", str(tape))
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "1 deviation(s) from the unperturbed schedule" in found.stdout
+    assert json.loads(tape.read_text())["tideloop_tape"] == 1
+    replayed = _cli("replay", "races:check_then_act_across_io", str(tape))
+    assert replayed.returncode == 1 and "fails" in replayed.stdout
+    trace = _cli("trace", str(tape))
+    assert trace.returncode == 0 and "\n* #" in trace.stdout
+    other = tmp_path / "other.json"
+    _cli("explore", "races:two_clients_in_order", "--tape", str(other))
+    diff = _cli("diff", str(tape), str(other))
+    assert diff.returncode == 0 and "first divergence at decision #" in diff.stdout
+    bad = _cli("explore", "races:no_such_race")
+    assert bad.returncode == 2
+
+
+def test_parallel_exploration_resumes_from_its_state(tmp_path: Path) -> None:
+    (tmp_path / "fine.py").write_text(
+        "import asyncio\nasync def ok():\n    await asyncio.sleep(0)\n"
+    )
+    state = tmp_path / "state.json"
+    args = ["explore", "fine:ok", "-j", "2", "--state", str(state)]
+    first = _cli(*args, "--schedules", "30", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads(state.read_text())["passed"] == list(range(30))
+    second = _cli(*args, "--schedules", "40", cwd=tmp_path)
+    assert second.returncode == 0
+    assert "resuming: 30 schedule(s) passed before, 10 to go" in second.stdout
+    assert json.loads(state.read_text())["passed"] == list(range(40))
+    found = _cli(
+        "explore", "races:two_clients_in_order", "-j", "2", "--tape", str(tmp_path / "t.json")
+    )
+    assert found.returncode == 1 and "tape:" in found.stdout, found.stdout + found.stderr
