@@ -703,6 +703,14 @@ RACES += [
     ]
 ]
 
+#: Races on a real thread's timing against a real timer: a loaded machine (a
+#: CI box running tests in parallel) delays a thread by milliseconds now and
+#: then, and then the bug bites with no perturbation at all, on any loop.
+#: Tests that run them unperturbed allow a few such runs.
+REAL_THREAD_TIMING = frozenset(
+    {"executor_result_vs_timer", "thread_result_vs_timer_5ms", "thread_result_vs_timer_50ms"}
+)
+
 #: A program like the races, done right: it must pass under every schedule.
 CONTROL = Planted("correct_control", correct_control, False, "control (replica with acks)")
 

@@ -221,12 +221,12 @@ class Schedule(Protocol):
         """Queue a ``call_soon_threadsafe`` handle. Called from any thread."""
         ...
 
-    def carry_thread_results(self, on: bool) -> None:
-        """While on, the loop's own thread queues another thread's result.
+    def admit_thread_result(self, handle: asyncio.Handle) -> None:
+        """Queue an executor job's result, from whichever thread finished it.
 
-        ``run_in_executor`` turns it on around chaining a job's future: a
-        job that already finished is chained by the loop's thread, and its
-        result must still count as a thread's (it could have been late).
+        A job that finished before the loop chained its future is completed
+        by the loop's own thread; its result is still a thread's (it could
+        have been late), so it is admitted as one, never straight to ready.
         """
         ...
 
@@ -1244,11 +1244,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             if schedule is None:
                 fut = asyncio.wrap_future(job, loop=self)
             else:
-                schedule.carry_thread_results(True)
-                try:
-                    fut = asyncio.wrap_future(job, loop=self)
-                finally:
-                    schedule.carry_thread_results(False)
+                fut = self._chain_job_to_schedule(job, schedule)
         except BaseException:
             self._executor_jobs -= 1
             raise
@@ -1260,6 +1256,29 @@ class CoreLoop(asyncio.AbstractEventLoop):
             running.add(fut)
             job.add_done_callback(functools.partial(_discard, running, fut))
         fut.add_done_callback(self._executor_job_done)
+        return fut
+
+    def _chain_job_to_schedule(
+        self, job: concurrent.futures.Future[_T], schedule: Schedule
+    ) -> asyncio.Future[_T]:
+        """``wrap_future`` under a Schedule: the result always reaches the
+        loop as a thread's result (`Schedule.admit_thread_result`), also when
+        the job is already done (asyncio 3.14+ then sets the future at once,
+        and earlier versions queue it from the loop's thread)."""
+        fut: asyncio.Future[_T] = self.create_future()
+
+        def job_done(job: concurrent.futures.Future[_T]) -> None:  # any thread
+            if self._closed:
+                return
+            schedule.admit_thread_result(Handle(_copy_job_state, (fut, job), self, None))
+            self._waker.wake()
+
+        def fut_done(fut: asyncio.Future[_T]) -> None:
+            if fut.cancelled():
+                job.cancel()
+
+        fut.add_done_callback(fut_done)
+        job.add_done_callback(job_done)
         return fut
 
     def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
@@ -1307,6 +1326,20 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
 #: Real seconds a virtual-time loop polls while another thread looks busy.
 BUSY_THREAD_SLICE: Final = 0.002
+
+
+def _copy_job_state(fut: asyncio.Future[Any], job: concurrent.futures.Future[Any]) -> None:
+    """An executor job's outcome onto its future (``_chain_job_to_schedule``)."""
+    if fut.cancelled():
+        return
+    if job.cancelled():
+        fut.cancel()
+        return
+    exc = job.exception()
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(job.result())
 
 
 def _discard(running: set[object], token: object, _job: object) -> None:

@@ -144,7 +144,6 @@ class Perturber:
 
     __slots__ = (
         "_arrivals",
-        "_carrying",
         "_deadline",
         "_defer_weights",
         "_deferred",
@@ -231,7 +230,6 @@ class Perturber:
         #: thread name -> the iteration count its last handle waits for
         self._threads: dict[str, int] = {}
         self._loop_thread: int | None = None
-        self._carrying = False
         self._ready: ReadyQueue | None = None
         self._inner: WaitFn | None = None
         self._now: Callable[[], float] | None = None
@@ -275,18 +273,17 @@ class Perturber:
         assert ready is not None, "attach() first"
         owner = self._loop_thread
         if owner is None or owner == threading.get_ident():
-            if self._carrying:
-                # An executor job that finished before the loop chained its
-                # future: its result is a thread's all the same.
-                self._inbox.append((handle, "executor"))
-                return
             # The loop's own thread: FIFO with call_soon, never held.
             ready.append(handle)
         else:
             self._inbox.append((handle, threading.current_thread().name))
 
-    def carry_thread_results(self, on: bool) -> None:
-        self._carrying = on
+    def admit_thread_result(self, handle: asyncio.Handle) -> None:
+        owner = self._loop_thread
+        thread = threading.current_thread().name
+        if owner is None or owner == threading.get_ident():
+            thread = "executor"  # done before it was chained: a thread's result still
+        self._inbox.append((handle, thread))
 
     # ------------------------------------------------------------------
     # Timers with equal deadlines
