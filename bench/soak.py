@@ -26,6 +26,7 @@ and a chart of RSS, fds and tasks over time to ``--chart`` (matplotlib, the
 
     python -m bench.soak --loop tideloop --duration 600
     python -m bench.soak --loop asyncio --duration 30 --warmup 10
+    python -m bench.soak --loop tideloop --duration 180 --skip tls,udp  # or --only tls
 
 `soak()` is the same run as a function (the CI test, ``tests/faults/test_soak.py``).
 """
@@ -46,11 +47,14 @@ import socket
 import ssl
 import struct
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SoakResult", "main", "slope", "soak"]
+__all__ = ["PARTS", "SoakResult", "main", "slope", "soak"]
+
+#: The workload's parts, each of which can be left out (``--skip``, ``--only``).
+PARTS = ("tcp", "churn", "tls", "udp", "subprocess", "timers", "executor")
 
 #: Persistent TCP echo connections.
 TCP_CONNECTIONS = 8
@@ -117,7 +121,8 @@ def _pypy_memory() -> dict[str, int] | None:
     """PyPy's own account (KiB): live GC memory, raw mallocs, JIT machine code."""
     if sys.implementation.name != "pypy":
         return None
-    raw = gc.get_stats()._s  # type: ignore[call-arg]  # PyPy's, not CPython's list
+    stats: Any = gc.get_stats()  # PyPy's GcStats, not CPython's list
+    raw = stats._s  # the raw numbers (the attributes of stats are formatted strings)
     return {
         "gc_kib": raw.total_gc_memory // 1024,
         "rawmalloced_kib": raw.total_rawmalloced_memory // 1024,
@@ -157,9 +162,11 @@ class _Soak:
         tls: tuple[ssl.SSLContext, ssl.SSLContext] | None,
         seed: int,
         collect: bool = False,
+        parts: Collection[str] = PARTS,
     ) -> None:
         self.loop = loop
         self.collect = collect
+        self.parts = parts
         self.tls = tls
         self.rng = random.Random(seed)
         self.ops: dict[str, int] = {}
@@ -344,15 +351,20 @@ class _Soak:
         loop = self.loop
         server = await asyncio.start_server(self._echo, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        workers: list[Awaitable[None]] = [self.tcp_client(port) for _ in range(TCP_CONNECTIONS)]
-        workers += [
-            self.forever("churn", lambda: self.churn_once(port)),
-            self.udp(),
-            self.forever("timers", self.timers_once),
-            self.forever("executor", self.executor_once),
-        ]
+        parts = self.parts
+        workers: list[Awaitable[None]] = []
+        if "tcp" in parts:
+            workers += [self.tcp_client(port) for _ in range(TCP_CONNECTIONS)]
+        if "churn" in parts:
+            workers.append(self.forever("churn", lambda: self.churn_once(port)))
+        if "udp" in parts:
+            workers.append(self.udp())
+        if "timers" in parts:
+            workers.append(self.forever("timers", self.timers_once))
+        if "executor" in parts:
+            workers.append(self.forever("executor", self.executor_once))
         tls_server = None
-        if self.tls is not None:
+        if self.tls is not None and "tls" in parts:
             server_ctx, client_ctx = self.tls
             tls_server = await asyncio.start_server(self._echo, "127.0.0.1", 0, ssl=server_ctx)
             tls_port = tls_server.sockets[0].getsockname()[1]
@@ -361,7 +373,7 @@ class _Soak:
                 self.tls_client(tls_port, client_ctx),
             ]
         cat = shutil.which("cat")
-        if cat is not None:
+        if cat is not None and "subprocess" in parts:
             workers.append(self.forever("subprocess", lambda: self.child_once(cat)))
         tasks = [asyncio.ensure_future(w) for w in workers]
         samples: list[dict[str, Any]] = []
@@ -429,6 +441,7 @@ def soak(
     tls: tuple[ssl.SSLContext, ssl.SSLContext] | bool | None = True,
     seed: int = 0,
     collect: bool = False,
+    parts: Collection[str] = PARTS,
     on_sample: Callable[[dict[str, Any]], None] = lambda sample: None,
 ) -> SoakResult:
     """Run the soak for *duration* seconds on a fresh loop called *loop_name*.
@@ -438,14 +451,15 @@ def soak(
     the openssl tool (`bench.workloads._tls`), or None/False for no TLS.
     *collect* runs a full garbage collection before each sample, which tells
     growth that is garbage not yet collected (PyPy collects late) from
-    memory that is still referenced.
+    memory that is still referenced. *parts* are the workers run (`PARTS`:
+    all of them by default).
     """
     if warmup is None:
         warmup = min(60.0, duration / 3)
-    contexts = _tls_contexts() if tls is True else (tls or None)
+    contexts = None if "tls" not in parts else _tls_contexts() if tls is True else (tls or None)
     loop = new_loop(loop_name)
     try:
-        state = _Soak(loop, contexts, seed, collect)
+        state = _Soak(loop, contexts, seed, collect, parts)
         samples = loop.run_until_complete(state.run(duration, interval, on_sample))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
@@ -506,12 +520,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=None, help="seconds left out of slopes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-tls", action="store_true", help="leave the TLS workers out")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--skip", default="", help=f"comma-separated parts to leave out, of: {', '.join(PARTS)}"
+    )
+    which.add_argument("--only", default="", help="comma-separated parts to run, no others")
     parser.add_argument(
         "--collect", action="store_true", help="gc.collect() before each sample (PyPy: see soak())"
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON of every sample")
     parser.add_argument("--chart", type=Path, default=None, help="PNG of RSS, fds, tasks")
     args = parser.parse_args(argv)
+    skip = {p for p in args.skip.split(",") if p} | ({"tls"} if args.no_tls else set())
+    only = {p for p in args.only.split(",") if p}
+    if unknown := (skip | only) - set(PARTS):
+        parser.error(f"unknown parts {', '.join(sorted(unknown))} (known: {', '.join(PARTS)})")
+    parts = [p for p in PARTS if p not in skip and (not only or p in only)]
     results = []
     for name in args.loop.split(","):
 
@@ -529,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
             tls=not args.no_tls,
             seed=args.seed,
             collect=args.collect,
+            parts=parts,
             on_sample=progress,
         )
         print(result.summary())
