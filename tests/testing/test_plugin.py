@@ -325,3 +325,48 @@ def test_bad_marker_is_a_usage_error(tmp_path: Path) -> None:
     proc = run_pytest(tmp_path, {"test_bad.py": suite}, expect_tideloop=False)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "takes only the keyword arguments" in proc.stderr
+
+
+@pytest.mark.parametrize("strategy", ["pct", "systematic"])
+def test_other_strategies_find_the_race_and_save_its_tape(tmp_path: Path, strategy: str) -> None:
+    files = {"test_race.py": SEEDS_SUITE}
+    tapes = tmp_path / "tapes"
+    proc = run_pytest(
+        tmp_path,
+        files,
+        "--tideloop-seeds=50",
+        f"--tideloop-strategy={strategy}",
+        f"--tideloop-tape-dir={tapes}",
+        expect_tideloop=True,
+    )
+    assert outcome(proc) == {"failed": 1, "passed": 1}, proc.stdout + proc.stderr
+    assert "timer tie #0: ran before 1 of the 1 timer(s)" in proc.stdout
+    (tape,) = tapes.iterdir()
+    assert tape.name == "test_race__test_assumes_timer_order.json"
+
+
+def test_systematic_search_says_when_it_exhausted_the_space(tmp_path: Path) -> None:
+    suite = """\
+    import asyncio
+    import pytest
+
+    @pytest.mark.tideloop
+    def test_fine():
+        async def main():
+            loop = asyncio.get_running_loop()
+            when = loop.time() + 0.001
+            loop.call_at(when, lambda: None)
+            loop.call_at(when, lambda: None)
+            await asyncio.sleep(0.01)
+        asyncio.run(main())
+    """
+    proc = run_pytest(
+        tmp_path,
+        {"test_fine.py": suite},
+        "--tideloop-seeds=100",
+        "--tideloop-strategy=systematic",
+        expect_tideloop=True,
+    )
+    assert outcome(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    # One tie point with two values: the unperturbed run and one deviation.
+    assert "at most 2 deviation(s) passed (2 schedules: exhausted)" in proc.stdout

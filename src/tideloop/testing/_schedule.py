@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import socket
 import threading
 from collections.abc import Callable
@@ -96,7 +97,9 @@ def _geometric(p: float, n: int) -> list[float]:
 
 def _describe_fd(fd: int) -> str:
     """Words for an fd: its socket's addresses, else its number."""
+    # PyPy's socket() on an fd makes the fd blocking: put its mode back.
     try:
+        blocking = os.get_blocking(fd)
         sock = socket.socket(fileno=fd)
     except OSError:
         return f"fd {fd}"
@@ -112,6 +115,7 @@ def _describe_fd(fd: int) -> str:
         return f"fd {fd} ({_address(local)} <- {_address(peer)})"
     finally:
         sock.detach()
+        os.set_blocking(fd, blocking)
 
 
 def _address(addr: object) -> str:
