@@ -221,8 +221,9 @@ class Schedule(Protocol):
         """Queue a ``call_soon_threadsafe`` handle. Called from any thread."""
         ...
 
-    def admit_thread_result(self, handle: asyncio.Handle) -> None:
-        """Queue an executor job's result, from whichever thread finished it.
+    def admit_thread_result(self, handle: asyncio.Handle, job: int) -> None:
+        """Queue the result of the loop's *job*-th executor job (counted from
+        0 in submission order), from whichever thread finished it.
 
         A job that finished before the loop chained its future is completed
         by the loop's own thread; its result is still a thread's (it could
@@ -305,6 +306,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             wait = schedule.attach(ready, wait, clock.now, self._head_deadline)
             self._admit_threadsafe = schedule.admit_threadsafe
         self._schedule = schedule
+        self._jobs_chained = 0  # executor jobs submitted under the schedule
         self._clock_wait = wait
         self._io = io
         self._poll = io.poll
@@ -1266,11 +1268,13 @@ class CoreLoop(asyncio.AbstractEventLoop):
         the job is already done (asyncio 3.14+ then sets the future at once,
         and earlier versions queue it from the loop's thread)."""
         fut: asyncio.Future[_T] = self.create_future()
+        number = self._jobs_chained
+        self._jobs_chained = number + 1
 
         def job_done(job: concurrent.futures.Future[_T]) -> None:  # any thread
             if self._closed:
                 return
-            schedule.admit_thread_result(Handle(_copy_job_state, (fut, job), self, None))
+            schedule.admit_thread_result(Handle(_copy_job_state, (fut, job), self, None), number)
             self._waker.wake()
 
         def fut_done(fut: asyncio.Future[_T]) -> None:

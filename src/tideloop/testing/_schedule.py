@@ -30,8 +30,9 @@ these, and nothing else:
    last, scheduling order). Timers with different deadlines still run in
    deadline order, each in the first iteration at or after its deadline.
 3. **Other threads' handles** (``("thread", loop, i)``: the i-th handle
-   queued by ``call_soon_threadsafe`` from another thread, which includes
-   every executor and ``to_thread`` result): admitted at once (0) or held
+   queued by ``call_soon_threadsafe`` from another thread; and
+   ``("job", loop, i)``: the result of the i-th executor or ``to_thread``
+   job, by submission order): admitted at once (0) or held
    until v more iterations that run timers have passed, 1 .. *max_hold*
    (a thread may be descheduled, or slow, at any moment): it is then
    queued after those timers' callbacks, as a slow thread's result would
@@ -282,12 +283,10 @@ class Perturber:
         else:
             self._inbox.append((handle, threading.current_thread().name))
 
-    def admit_thread_result(self, handle: asyncio.Handle) -> None:
-        owner = self._loop_thread
-        thread = threading.current_thread().name
-        if owner is None or owner == threading.get_ident():
-            thread = "executor"  # done before it was chained: a thread's result still
-        self._inbox.append((handle, thread))
+    def admit_thread_result(self, handle: asyncio.Handle, job: int) -> None:
+        # Named by submission order, which the program fixes (arrival order
+        # is the threads'); jobs are not ordered among themselves.
+        self._inbox.append((handle, f"executor job #{job}"))
 
     # ------------------------------------------------------------------
     # Timers with equal deadlines
@@ -361,17 +360,23 @@ class Perturber:
         n = self._max_hold + 1
         while inbox:
             handle, thread = inbox.popleft()
-            i = self._arrivals
-            self._arrivals = i + 1
             name = _callback_name(handle)
-
-            def words(v: int, i: int = i, name: str = name, thread: str = thread) -> str:
+            point: tuple[str | int, ...]
+            if thread.startswith("executor job #"):
+                point = ("job", self._loop_no, int(thread[14:]))
+                what = f"the result of {thread}"
+            else:
+                i = self._arrivals
+                self._arrivals = i + 1
+                point = ("thread", self._loop_no, i)
                 what = f"handle #{i} from thread {thread!r} ({name})"
+
+            def words(v: int, what: str = what) -> str:
                 if not v:
                     return f"{what}: admitted at once"
                 return f"{what}: arrived after {v} more timer firing(s)"
 
-            v = self.log.choose(("thread", self._loop_no, i), n, weights, words) if n > 1 else 0
+            v = self.log.choose(point, n, weights, words) if n > 1 else 0
             # One thread's handles keep their order: never before an earlier one.
             for h in self._held:
                 if h.thread == thread and h.left > v:

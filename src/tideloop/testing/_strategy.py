@@ -16,7 +16,10 @@ Points are named by stable identities, not by fd numbers or positions:
 - ``("tie", loop, i)``: the i-th timer pushed onto a deadline that already
   had timers;
 - ``("thread", loop, i)``: the i-th handle another thread queued with
-  ``call_soon_threadsafe`` (executor and ``to_thread`` results included).
+  ``call_soon_threadsafe``;
+- ``("job", loop, i)``: the result of the i-th executor or ``to_thread`` job
+  the loop was given (submission order, which the program fixes, where the
+  order in which results arrive is the threads').
 
 So a list of deviations (a *tape*, ``_tape``) replays by identity: a run
 that meets the same points on another Python version makes the same
