@@ -74,6 +74,7 @@ import threading
 import warnings
 import weakref
 from _thread import _count as _other_threads
+from asyncio.futures import _copy_future_state  # type: ignore[attr-defined]
 from asyncio.futures import _set_result_unless_cancelled as _sleep_callback  # type: ignore[attr-defined]
 from collections.abc import (
     AsyncGenerator,
@@ -1254,7 +1255,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if running is not None:
             # Virtual time: the job holds the clock until its thread has sent
             # the result. The job's callbacks run in the order added, so this
-            # one runs after wrap_future's call_soon_threadsafe.
+            # one runs after the chaining callback has handed the result over.
             running.add(fut)
             job.add_done_callback(functools.partial(_discard, running, fut))
         fut.add_done_callback(self._executor_job_done)
@@ -1274,7 +1275,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
         def job_done(job: concurrent.futures.Future[_T]) -> None:  # any thread
             if self._closed:
                 return
-            schedule.admit_thread_result(Handle(_copy_job_state, (fut, job), self, None), number)
+            handle = Handle(_copy_future_state, (job, fut), self, None)
+            schedule.admit_thread_result(handle, number)
             self._waker.wake()
 
         def fut_done(fut: asyncio.Future[_T]) -> None:
@@ -1330,20 +1332,6 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
 #: Real seconds a virtual-time loop polls while another thread looks busy.
 BUSY_THREAD_SLICE: Final = 0.002
-
-
-def _copy_job_state(fut: asyncio.Future[Any], job: concurrent.futures.Future[Any]) -> None:
-    """An executor job's outcome onto its future (``_chain_job_to_schedule``)."""
-    if fut.cancelled():
-        return
-    if job.cancelled():
-        fut.cancel()
-        return
-    exc = job.exception()
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(job.result())
 
 
 def _discard(running: set[object], token: object, _job: object) -> None:

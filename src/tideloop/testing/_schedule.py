@@ -132,16 +132,15 @@ def _callback_name(handle: asyncio.Handle) -> str:
 
 
 class _Held:
-    __slots__ = ("deadline", "handle", "left", "thread", "words")
+    """A held thread handle: timer firings still to wait, horizon, producer."""
 
-    def __init__(
-        self, handle: asyncio.Handle, left: int, deadline: float, thread: str, words: str
-    ) -> None:
+    __slots__ = ("deadline", "handle", "left", "thread")
+
+    def __init__(self, handle: asyncio.Handle, left: int, deadline: float, thread: str) -> None:
         self.handle = handle
         self.left = left
         self.deadline = deadline
         self.thread = thread
-        self.words = words
 
 
 class Perturber:
@@ -167,7 +166,6 @@ class Perturber:
         "_now",
         "_priority_weights",
         "_ready",
-        "_threads",
         "_ties",
         "deferrals",
         "holds",
@@ -232,8 +230,6 @@ class Perturber:
         self._held: list[_Held] = []
         self._arrivals = 0
         self._ties = 0
-        #: thread name -> the iteration count its last handle waits for
-        self._threads: dict[str, int] = {}
         self._loop_thread: int | None = None
         self._ready: ReadyQueue | None = None
         self._inner: WaitFn | None = None
@@ -383,7 +379,7 @@ class Perturber:
                     v = h.left
             if v:
                 self.holds += 1
-            self._held.append(_Held(handle, v, deadline, thread, name))
+            self._held.append(_Held(handle, v, deadline, thread))
 
     def _admit(self) -> None:
         """Admit the held handles whose timers have fired; count this iteration's."""
