@@ -227,13 +227,32 @@ def test_poll_events_are_permuted_not_lost() -> None:
 @pytest.mark.parametrize("planted", RACES, ids=lambda p: p.name)
 def test_planted_race_is_found_and_replays(planted: Planted) -> None:
     for base in (0, 5000, 90000):
+        if planted.name in REAL_THREAD_TIMING:
+            assert replaying_seed(planted, base, limit=100) is not None, (
+                f"no seed from {base} within 100 failed and replayed"
+            )
+            continue
         n = seeds_to_find(planted, base, limit=100)
         assert n is not None, f"not found within 100 seeds from {base}"
         seed = base + n - 1
-        if planted.name in REAL_THREAD_TIMING:
-            replays = [fails(planted, seed) for _ in range(3)]
-            # The seed may have failed by a real thread's lateness (a loaded
-            # machine), not by its decisions: that replays only sometimes.
-            assert any(replays), f"seed {seed} did not replay in 3 tries"
-        else:
-            assert fails(planted, seed) and fails(planted, seed), f"seed {seed} did not replay"
+        assert fails(planted, seed) and fails(planted, seed), f"seed {seed} did not replay"
+
+
+def replaying_seed(planted: Planted, base: int, limit: int) -> int | None:
+    """The first seed from *base* whose failure replays (at least once in 3 tries).
+
+    On a race with a real thread's timing, a loaded machine (CI runs two
+    suites on two cores) now and then delays the thread past the timer with
+    no perturbation: that seed fails once and does not replay, which says
+    nothing about the schedule. Such a seed is passed over, at most three
+    times, so a Perturber that never reorders still fails this test.
+    """
+    spurious = 0
+    for seed in range(base, base + limit):
+        if not fails(planted, seed):
+            continue
+        if any(fails(planted, seed) for _ in range(3)):
+            return seed
+        spurious += 1
+        assert spurious <= 3, f"seeds up to {seed}: {spurious} failures that did not replay"
+    return None
