@@ -162,6 +162,43 @@ def test_the_recorded_tape_replays(planted: Planted) -> None:
             testing.replay(planted.race, tape)
 
 
+def test_a_reused_fd_number_is_a_new_fd_with_its_own_words() -> None:
+    """Identity is per open file: a closed number reused by a new socket is a new fd."""
+    clients: list[tuple[int, str]] = []
+
+    async def two_connections_one_after_the_other() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"x")
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            sock = writer.get_extra_info("socket")
+            clients.append((sock.fileno(), f"127.0.0.1:{sock.getsockname()[1]}"))
+            assert await reader.read() == b"x"
+            writer.close()
+            await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+
+    log, exc = attempt(two_connections_one_after_the_other, ReplayStrategy({}))
+    assert exc is None
+    (fd, first), (fd_again, second) = clients
+    assert fd == fd_again  # the kernel gives the lowest free number: reused
+    idents = []
+    for name in (first, second):
+        # The client's points name its own address, with one identity each.
+        points = {d.point for d in log.decisions if f"fd {fd} ({name} <- " in d.words}
+        assert points, [d.words for d in log.decisions]
+        assert len({p[2] for p in points}) == 1
+        idents.append(next(iter(points))[2])
+    assert idents[0] != idents[1]
+
+
 def test_a_run_that_hangs_is_a_failure() -> None:
     async def hangs() -> None:
         await asyncio.Event().wait()  # nobody sets it; a timer keeps it from a deadlock

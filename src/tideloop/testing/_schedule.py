@@ -25,6 +25,8 @@ these, and nothing else:
    several fds are ready in one poll, dispatched now with a priority 1..3
    (higher first). Fds of one poll are otherwise dispatched in the order
    they first became ready; an fd's reader still goes before its writer.
+   An fd is an open file (checked with ``fstat`` at each readiness): a
+   number closed and reused by a new socket is a new fd.
 2. **Timers with equal deadlines** (``("tie", loop, i)``): a timer pushed
    onto a deadline that already has n timers goes ahead of v of them (0:
    last, scheduling order). Timers with different deadlines still run in
@@ -119,6 +121,15 @@ def _describe_fd(fd: int) -> str:
         os.set_blocking(fd, blocking)
 
 
+def _file_of(fd: int) -> tuple[int, int]:
+    """What *fd* is open on (device, inode): a reused number shows as a new file."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return (-1, -1)
+    return (st.st_dev, st.st_ino)
+
+
 def _address(addr: object) -> str:
     if isinstance(addr, tuple) and len(addr) >= 2:
         return f"{addr[0]}:{addr[1]}"
@@ -151,6 +162,8 @@ class Perturber:
         "_deadline",
         "_defer_weights",
         "_deferred",
+        "_fd_count",
+        "_fd_files",
         "_fd_ids",
         "_fd_nth",
         "_fd_words",
@@ -217,8 +230,11 @@ class Perturber:
         self._priority_weights = [PRIORITY_PROBABILITY] * 3
         self._hold_weights = _geometric(hold_probability, max_hold) if max_hold else []
         #: fd -> identity (order of first readiness), its count of readiness
-        #: instances, and its words.
+        #: instances, and its words; and the file it was (device, inode): a
+        #: number closed and reused is a new fd, with a new identity.
         self._fd_ids: dict[int, int] = {}
+        self._fd_files: dict[int, tuple[int, int]] = {}
+        self._fd_count = 0
         self._fd_nth: dict[int, int] = {}
         self._fd_words: dict[int, str] = {}
         #: fd -> iterations it is still to be deferred (only fds being deferred).
@@ -423,8 +439,12 @@ class Perturber:
                     batch.append((0, ids[fd], event))
                 continue
             ident = ids.get(fd)
-            if ident is None:
-                ident = ids[fd] = len(ids)
+            file = _file_of(fd)
+            if ident is None or file != self._fd_files[fd]:
+                ident = ids[fd] = self._fd_count
+                self._fd_count += 1
+                self._fd_files[fd] = file
+                self._fd_nth[fd] = 0
                 self._fd_words[fd] = _describe_fd(fd)
             k = self._fd_nth.get(fd, 0)
             self._fd_nth[fd] = k + 1

@@ -12,7 +12,8 @@ Points are named by stable identities, not by fd numbers or positions:
 
 - ``("fd", loop, i, k)``: the k-th readiness of the i-th fd to become ready
   on that loop (fds are numbered in the order they first became ready,
-  which for loopback connections is their creation order);
+  which for loopback connections is their creation order; an fd is an open
+  file, so a number closed and reused is a new fd);
 - ``("tie", loop, i)``: the i-th timer pushed onto a deadline that already
   had timers;
 - ``("thread", loop, i)``: the i-th handle another thread queued with
