@@ -711,6 +711,63 @@ REAL_THREAD_TIMING = frozenset(
     {"executor_result_vs_timer", "thread_result_vs_timer_5ms", "thread_result_vs_timer_50ms"}
 )
 
+# ----------------------------------------------------------------------
+# Latent races: right on asyncio as it is, wrong one await away
+
+
+async def started_after_one_yield() -> None:
+    """A spawned task is taken to have started once the spawner yields once.
+
+    True on asyncio today (the new task's first step was queued first), so
+    no schedule asyncio can produce breaks it; but a task that first awaits
+    a library call with one more await inside, or a factory that wraps the
+    coroutine, starts an iteration later. Only the wake-up mode finds it.
+    """
+    started: list[str] = []
+
+    async def worker() -> None:
+        started.append("worker")
+
+    task = asyncio.create_task(worker())
+    await asyncio.sleep(0)  # "let it start"
+    assert started == ["worker"], "the worker had not started after one yield"
+    await task
+
+
+async def queue_handoff_in_one_hop() -> None:
+    """A test that `sleep(0)`s to let a consumer process what it was handed.
+
+    The consumer's wake-up is queued by ``put_nowait`` ahead of the
+    producer's own step, so one hop is enough today; a consumer that
+    awaits anything more per item (a lock, a logging call) needs more.
+    """
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    done: list[int] = []
+
+    async def consumer() -> None:
+        while True:
+            done.append(await queue.get())
+
+    task = asyncio.create_task(consumer())
+    await asyncio.sleep(0)
+    for item in range(3):
+        queue.put_nowait(item)
+        await asyncio.sleep(0)
+        assert done == list(range(item + 1)), f"item {item} not consumed after one hop: {done}"
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+#: Races only the opt-in wake-up mode (``wakeups=True``) finds: no schedule
+#: asyncio can produce of them fails, on any loop.
+LATENT = [
+    Planted("started_after_one_yield", started_after_one_yield, False, "latent: one yield"),
+    Planted("queue_handoff_in_one_hop", queue_handoff_in_one_hop, False, "latent: queue hop"),
+]
+
 #: A program like the races, done right: it must pass under every schedule.
 CONTROL = Planted("correct_control", correct_control, False, "control (replica with acks)")
 

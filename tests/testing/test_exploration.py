@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from races import CONTROL, RACES, Planted, two_clients_in_order
+from races import CONTROL, LATENT, RACES, Planted, two_clients_in_order
 
 from tideloop import testing
 from tideloop.testing import (
@@ -33,7 +33,8 @@ from tideloop.testing import (
     Strategy,
     Tape,
 )
-from tideloop.testing._explore import RunTimeout, attempt
+from tideloop.testing._explore import RunTimeout, attempt, shrink_deviations
+from tideloop.testing._strategy import Point
 
 HERE = Path(__file__).parent
 TAPES = HERE / "tapes"
@@ -212,6 +213,87 @@ def test_a_run_that_hangs_is_a_failure() -> None:
 
 
 # ----------------------------------------------------------------------
+# The opt-in wake-up mode: latent races
+
+
+@pytest.mark.parametrize("planted", LATENT, ids=lambda p: p.name)
+def test_a_latent_race_is_found_only_with_wakeups(planted: Planted, tmp_path: Path) -> None:
+    # No schedule asyncio can produce of it fails: a bounded search says so.
+    assert not testing.explore(planted.race, schedules=100).found
+    space = testing.explore(planted.race, strategy="systematic", bound=2, schedules=500)
+    assert not space.found and space.exhausted
+    for strategy in ("random", "pct", "systematic"):
+        found = testing.explore(planted.race, strategy=strategy, schedules=200, wakeups=True)
+        assert found.tape is not None, strategy
+        tape = found.tape
+        assert tape.latent and tape.wakeups
+        assert [d.point[0] for d in tape.deviations] == ["wake"]
+        assert "iteration(s) late" in tape.words() and "latent: " in tape.words()
+    loaded = Tape.load(tape.save(tmp_path / "latent.json"))
+    assert loaded.wakeups and loaded.latent
+    for _ in range(2):
+        with pytest.raises(AssertionError):
+            testing.replay(planted.race, loaded)
+
+
+def test_the_control_never_fails_with_wakeups() -> None:
+    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
+        result = testing.explore(CONTROL.race, strategy=strategy, schedules=n, wakeups=True)
+        assert result.tape is None, result.tape and result.tape.words()
+
+
+def test_a_late_step_keeps_the_order_of_everything_else() -> None:
+    """Only task steps move; plain callbacks keep FIFO, and a late step runs."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        for name in "abc":
+            loop.call_soon(order.append, name)
+        task = asyncio.create_task(asyncio.sleep(0, "step"))
+        for name in "de":
+            loop.call_soon(order.append, name)
+        assert await task == "step"
+        await asyncio.sleep(0)
+        assert order == list("abcde"), order
+
+    for seed in range(30):
+        log = DecisionLog(RandomStrategy(seed))
+        testing.run(scenario(), strategy=log, wakeups=True)
+        assert all(d.point[0] == "wake" for d in log.decisions)
+    late = ReplayStrategy({("wake", 0, 1, 0): 3})
+    log, exc = attempt(scenario, late, wakeups=True, virtual_time=True)
+    assert exc is None and list(log.deviations) == [("wake", 0, 1, 0)]
+
+
+def test_wakeups_need_a_schedule() -> None:
+    coro = asyncio.sleep(0)
+    with pytest.raises(ValueError, match="needs a seed or a strategy"):
+        testing.run(coro, wakeups=True)
+    coro.close()
+
+
+def test_shrinking_prefers_a_failure_asyncio_can_produce() -> None:
+    """When the other deviations fail without the late steps, they are the report."""
+    real: Point = ("fd", 0, 0, 0)
+    wake: Point = ("wake", 0, 0, 0)
+    tried: list[dict[Point, int]] = []
+
+    def fails(candidate: dict[Point, int]) -> DecisionLog | None:
+        tried.append(dict(candidate))
+        log = DecisionLog(ReplayStrategy(candidate))
+        for point in (real, wake):
+            log.choose(point, 4, [0.1] * 3, lambda v: "")
+        return log if real in candidate else None  # the fd deviation is the bug
+
+    start = fails({real: 2, wake: 1})
+    assert start is not None
+    best, _ = shrink_deviations(start, fails)
+    assert list(best.deviations) == [real]
+    assert tried[1] == {real: 2}  # tried first: the deviations without late steps
+
+
+# ----------------------------------------------------------------------
 # Thread results: ordered as a slow thread's, within the horizon
 
 
@@ -315,6 +397,22 @@ def _cli(*args: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def test_the_command_line_finds_a_latent_race_only_with_wakeups(tmp_path: Path) -> None:
+    tape = tmp_path / "latent.json"
+    spec = "races:started_after_one_yield"
+    quiet = _cli("explore", spec, "--schedules", "50", "--tape", str(tape))
+    assert quiet.returncode == 0 and "no failure" not in quiet.stderr, quiet.stdout
+    assert not tape.exists()
+    found = _cli("explore", spec, "--wakeups", "--tape", str(tape))
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "latent: this schedule" in found.stdout
+    assert json.loads(tape.read_text())["wakeups"] is True
+    replayed = _cli("replay", spec, str(tape))  # the mode comes from the tape
+    assert replayed.returncode == 1 and "fails" in replayed.stdout, replayed.stdout
+    parallel = _cli("explore", spec, "--wakeups", "-j", "2", "--tape", str(tmp_path / "j.json"))
+    assert parallel.returncode == 1 and "latent: " in parallel.stdout, parallel.stdout
 
 
 def test_the_command_line_explores_replays_traces_and_diffs(tmp_path: Path) -> None:

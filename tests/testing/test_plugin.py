@@ -9,6 +9,7 @@ point. The suites check from the inside which loop they run on.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -312,6 +313,53 @@ def test_seeds_find_the_race_and_replay_it(tmp_path: Path) -> None:
         )
         assert outcome(replay) == {"failed": 1}, replay.stdout
         assert f"schedule seed {seed}" in replay.stdout
+
+
+LATENT_SUITE = """\
+import asyncio
+import pytest
+
+@pytest.mark.tideloop
+def test_assumes_one_yield_starts_a_task():
+    async def main():
+        started = []
+
+        async def worker():
+            started.append(1)
+
+        task = asyncio.create_task(worker())
+        await asyncio.sleep(0)
+        assert started == [1]
+        await task
+    asyncio.run(main())
+"""
+
+
+def test_wakeups_find_a_latent_race_and_say_so(tmp_path: Path) -> None:
+    files = {"test_latent.py": LATENT_SUITE}
+    # No schedule asyncio can produce fails it.
+    proc = run_pytest(tmp_path, files, "--tideloop-seeds=50", expect_tideloop=True)
+    assert outcome(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    proc = run_pytest(
+        tmp_path, files, "--tideloop-seeds=50", "--tideloop-wakeups", expect_tideloop=True
+    )
+    assert outcome(proc) == {"failed": 1}, proc.stdout + proc.stderr
+    assert "1 iteration(s) late" in proc.stdout and "latent: this schedule" in proc.stdout
+    seed = re.search(
+        r"schedule seed (\d+); replay: pytest \S+ --tideloop-seed=\1 "
+        r"--tideloop-wakeups",
+        proc.stdout,
+    )
+    assert seed, proc.stdout
+    tape = re.search(r"replay: pytest \S+ --tideloop-tape=(\S+)", proc.stdout)
+    assert tape, proc.stdout
+    assert json.loads(Path(tape.group(1)).read_text())["wakeups"] is True
+    # The tape carries the mode: it replays without the option.
+    replay = run_pytest(tmp_path, files, f"--tideloop-tape={tape.group(1)}", expect_tideloop=True)
+    assert outcome(replay) == {"failed": 1}, replay.stdout
+    # The mode varies schedules: without any, it is a usage error.
+    proc = run_pytest(tmp_path, files, "--tideloop-wakeups", expect_tideloop=True)
+    assert proc.returncode == 4 and "give --tideloop-seed" in proc.stderr, proc.stderr
 
 
 def test_bad_marker_is_a_usage_error(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 A race in `races.RACES` must pass on the stdlib loop and on tideloop's
 unperturbed loop (its bug needs a schedule that only a perturbation, or a
-rare real delay, produces); `races.CONTROL`, a similar program done right,
+rare real delay, produces), and so must a latent one (`races.LATENT`: only
+the opt-in wake-up mode breaks it); `races.CONTROL`, a similar program done right,
 must in addition pass under every seed.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from races import CONTROL, RACES, REAL_THREAD_TIMING, Planted, fails
+from races import CONTROL, LATENT, RACES, REAL_THREAD_TIMING, Planted, fails
 
 from tideloop import testing
 
@@ -39,7 +40,7 @@ def stdlib_fails(planted: Planted) -> bool:
     return False
 
 
-@pytest.mark.parametrize("planted", [*RACES, CONTROL], ids=lambda p: p.name)
+@pytest.mark.parametrize("planted", [*RACES, *LATENT, CONTROL], ids=lambda p: p.name)
 def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
     if planted.virtual_time:
         pytest.skip("written for virtual time (on real time it sleeps for real)")
@@ -47,7 +48,7 @@ def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
     assert failures <= allowed(planted)
 
 
-@pytest.mark.parametrize("planted", [*RACES, CONTROL], ids=lambda p: p.name)
+@pytest.mark.parametrize("planted", [*RACES, *LATENT, CONTROL], ids=lambda p: p.name)
 def test_passes_on_tideloop_unperturbed(planted: Planted) -> None:
     failures = sum(fails(planted, None) for _ in range(STDLIB_RUNS))
     assert failures <= allowed(planted)

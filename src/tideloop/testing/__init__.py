@@ -113,6 +113,7 @@ def new_event_loop(
     autojump_threshold: float = 0.0,
     network: SimNetwork | None = None,
     strategy: Strategy | DecisionLog | None = None,
+    wakeups: bool = False,
 ) -> Loop:
     """A tideloop loop for tests (usable as asyncio's ``loop_factory``).
 
@@ -123,6 +124,9 @@ def new_event_loop(
     *strategy*: instead of a seed, the `Strategy` that answers the
     Perturber's decision points (`PCTStrategy`, a tape's `ReplayStrategy`),
     or the `DecisionLog` of a run whose loops share one strategy.
+    *wakeups*: with a seed or strategy, also vary how many iterations a
+    task's step takes (opt-in; a failure that needs it is *latent*, see
+    `Perturber`).
     *network*: a `SimNetwork` for the loop's TCP sockets and names.
     With virtual time, a run where every task waits and nothing (no timer,
     thread, real fd or signal) can wake them raises `Deadlock` out of the
@@ -140,11 +144,13 @@ def new_event_loop(
         clock = None
     schedule: Perturber | None = None
     if isinstance(strategy, DecisionLog):
-        schedule = Perturber(log=strategy)
+        schedule = Perturber(log=strategy, wakeups=wakeups)
     elif strategy is not None:
-        schedule = Perturber(strategy=strategy)
+        schedule = Perturber(strategy=strategy, wakeups=wakeups)
     elif seed is not None:
-        schedule = Perturber(seed)
+        schedule = Perturber(seed, wakeups=wakeups)
+    elif wakeups:
+        raise ValueError("wakeups=True needs a seed or a strategy to vary task steps with")
     loop = Loop(poller=poller, clock=clock, schedule=schedule, network=network)
     if clock is not None:
         # Under virtual time a run that can never wake raises Deadlock
@@ -165,6 +171,7 @@ def run(
     autojump_threshold: float = 0.0,
     network: SimNetwork | None = None,
     strategy: Strategy | DecisionLog | None = None,
+    wakeups: bool = False,
 ) -> _T:
     """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
 
@@ -184,6 +191,7 @@ def run(
         autojump_threshold=autojump_threshold,
         network=network,
         strategy=strategy,
+        wakeups=wakeups,
     )
     seeded: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if network is not None and network.seed_globals:

@@ -4,7 +4,7 @@ Layer: top (``tideloop.testing``), a command line over ``_explore``.
 
     python -m tideloop.testing explore MODULE:FUNCTION [--strategy random|pct|systematic]
         [--schedules N] [--seed S] [--depth D] [--bound K] [--virtual-time]
-        [-j PROCESSES] [--state FILE] [--tape FILE] [--timeout SECONDS]
+        [--wakeups] [-j PROCESSES] [--state FILE] [--tape FILE] [--timeout SECONDS]
     python -m tideloop.testing replay MODULE:FUNCTION TAPE
     python -m tideloop.testing trace TAPE
     python -m tideloop.testing diff TAPE TAPE
@@ -18,7 +18,10 @@ batch, and a rerun with the same file, scenario and strategy resumes after
 them. A failure is shrunk in this process and written as a tape (``--tape``,
 default ``FUNCTION.tape.json``); the exit status is 1 when a failure was
 found, 0 when none was (and the summary says whether a systematic search
-exhausted its space), 2 on bad usage.
+exhausted its space), 2 on bad usage. ``--wakeups`` turns on the opt-in
+variation of how many iterations a task's step takes; a failure that needs
+it is reported as latent. ``replay`` and ``trace`` take the mode from the
+tape.
 """
 
 from __future__ import annotations
@@ -77,12 +80,17 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         "seed": args.seed,
         "depth": args.depth,
         "virtual_time": args.virtual_time,
+        "wakeups": args.wakeups,
     }
     passed = _load_state(state, key)
     length = 1
     if args.strategy == "pct":
         log, exc = attempt(
-            scenario, ReplayStrategy({}), virtual_time=args.virtual_time, timeout=args.timeout
+            scenario,
+            ReplayStrategy({}),
+            virtual_time=args.virtual_time,
+            timeout=args.timeout,
+            wakeups=args.wakeups,
         )
         length = log.count
         if exc is not None:
@@ -106,6 +114,7 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
                     length,
                     args.virtual_time,
                     args.timeout,
+                    args.wakeups,
                 ),
                 out,
             ),
@@ -143,13 +152,24 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
     seed, text = failed
     print(f"seed {seed} failed: {text}")
     strategy = strategy_for(args.strategy, seed, args.depth, length)
-    log, exc = attempt(scenario, strategy, virtual_time=args.virtual_time, timeout=args.timeout)
+    log, exc = attempt(
+        scenario,
+        strategy,
+        virtual_time=args.virtual_time,
+        timeout=args.timeout,
+        wakeups=args.wakeups,
+    )
     if exc is None:
         print("it passed when run again here (real timing in its input): not shrunk")
         return 1
     original = len(log.deviations)
     log, exc2, runs = shrink(
-        scenario, log, virtual_time=args.virtual_time, failure=exc, timeout=args.timeout
+        scenario,
+        log,
+        virtual_time=args.virtual_time,
+        failure=exc,
+        timeout=args.timeout,
+        wakeups=args.wakeups,
     )
     tape = Tape.from_log(
         log,
@@ -157,6 +177,7 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         scenario=args.scenario,
         failure=_describe_failure(exc2 or exc),
         virtual_time=args.virtual_time,
+        wakeups=args.wakeups,
         shrunk_from=original,
     )
     _report_tape(args, tape, runs)
@@ -185,6 +206,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         depth=args.depth,
         bound=args.bound,
         virtual_time=args.virtual_time,
+        wakeups=args.wakeups,
         name=args.scenario,
         timeout=args.timeout,
     )
@@ -235,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depth", type=int, default=2, help="pct: deviations per schedule")
     p.add_argument("--bound", type=int, default=2, help="systematic: at most K deviations")
     p.add_argument("--virtual-time", action="store_true")
+    p.add_argument(
+        "--wakeups",
+        action="store_true",
+        help="also vary how many iterations a task's step takes (latent races)",
+    )
     p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (random, pct)")
     p.add_argument("--state", help="record passed seeds here, and resume from it")
     p.add_argument("--tape", help="where the failing schedule's tape goes")

@@ -80,6 +80,7 @@ class Tape:
     python: str = field(default_factory=platform.python_version)
     implementation: str = field(default_factory=lambda: sys.implementation.name)
     virtual_time: bool = False
+    wakeups: bool = False
     decisions: list[Decision] = field(default_factory=list)
     decision_count: int = 0
     shrunk_from: int | None = None
@@ -94,6 +95,13 @@ class Tape:
             **kwargs,
         )
 
+    @property
+    def latent(self) -> bool:
+        """Whether the failure needs a task step to be late (wake-up mode):
+        a race one more await would expose, not one asyncio can produce
+        with the program as it is."""
+        return any(d.point[0] == "wake" for d in self.deviations)
+
     def strategy(self) -> ReplayStrategy:
         """A strategy that replays this tape."""
         return ReplayStrategy({d.point: d.value for d in self.deviations})
@@ -105,6 +113,12 @@ class Tape:
         lines = [f"{len(self.deviations)} deviation(s) from the unperturbed schedule:"]
         lines += [f"  - {d.words or d.point}" for d in self.deviations]
         lines.append("  everything else in order")
+        if self.latent:
+            lines.append(
+                "  latent: this schedule needs a task step to come later than asyncio "
+                "queues it now; the program is right as it is, but one more await in "
+                "it or in a library it calls makes this failure possible"
+            )
         return "\n".join(lines)
 
     # ------------------------------------------------------------------
@@ -128,6 +142,7 @@ class Tape:
             "python": self.python,
             "implementation": self.implementation,
             "virtual_time": self.virtual_time,
+            "wakeups": self.wakeups,
             "shrunk_from": self.shrunk_from,
             "deviations": [dump(d) for d in self.deviations],
             "decision_count": self.decision_count,
@@ -152,6 +167,7 @@ class Tape:
             python=data.get("python", ""),
             implementation=data.get("implementation", ""),
             virtual_time=bool(data.get("virtual_time", False)),
+            wakeups=bool(data.get("wakeups", False)),
             decisions=[load(d) for d in data.get("decisions", ())],
             decision_count=int(data.get("decision_count", 0)),
             shrunk_from=data.get("shrunk_from"),
@@ -229,13 +245,15 @@ def attempt(
     *,
     virtual_time: bool = False,
     timeout: float | None = None,
+    wakeups: bool = False,
 ) -> tuple[DecisionLog, BaseException | None]:
     """Run *scenario* once under *strategy*: its log, and what it raised (or None).
 
     A run that takes more than *timeout* seconds of loop time (virtual
     seconds under virtual time; None: `REAL_TIMEOUT` or `VIRTUAL_TIMEOUT`,
     ``math.inf``: no limit) fails with `RunTimeout`: a schedule that hangs is
-    a failure too.
+    a failure too. *wakeups*: the opt-in mode that also varies how many
+    iterations a task's step takes (`Perturber`).
     """
     from . import run  # the package imports this module
 
@@ -243,7 +261,7 @@ def attempt(
         timeout = VIRTUAL_TIMEOUT if virtual_time else REAL_TIMEOUT
     log = DecisionLog(strategy)
     try:
-        run(_within(scenario, timeout), virtual_time=virtual_time, strategy=log)
+        run(_within(scenario, timeout), virtual_time=virtual_time, strategy=log, wakeups=wakeups)
     except Exception as exc:
         return log, exc
     return log, None
@@ -277,7 +295,9 @@ def shrink_deviations(
     returns its log if it failed, else None. Delta debugging over the
     deviations (a subset that still fails replaces the set; a run that
     meets fewer points keeps only those), then each remaining value is
-    lowered while it still fails.
+    lowered while it still fails. Late task steps (the opt-in wake-up
+    mode) go first, when the others fail without them: a failure asyncio
+    can produce is reported as such, not as a latent one.
     """
     best = log
     devs = {p: d.value for p, d in log.deviations.items()}
@@ -287,6 +307,13 @@ def shrink_deviations(
         nonlocal runs
         runs += 1
         return fails(candidate)
+
+    real = {p: v for p, v in devs.items() if p[0] != "wake"}
+    if real and len(real) < len(devs):
+        failed = trial(real)
+        if failed is not None:
+            best = failed
+            devs = {p: d.value for p, d in failed.deviations.items()}
 
     n = 2
     while len(devs) >= 2 and runs < budget:
@@ -335,6 +362,7 @@ def shrink(
     budget: int = 500,
     failure: BaseException | None = None,
     timeout: float | None = None,
+    wakeups: bool = False,
 ) -> tuple[DecisionLog, BaseException | None, int]:
     """`shrink_deviations` for a scenario: the 1-minimal failing run, what it
     raised, and the runs it took. *failure* is what *log*'s run raised: a
@@ -345,7 +373,11 @@ def shrink(
     def fails(candidate: dict[Point, int]) -> DecisionLog | None:
         nonlocal last
         trial, exc = attempt(
-            scenario, ReplayStrategy(candidate), virtual_time=virtual_time, timeout=timeout
+            scenario,
+            ReplayStrategy(candidate),
+            virtual_time=virtual_time,
+            timeout=timeout,
+            wakeups=wakeups,
         )
         if exc is None or (failure is not None and type(exc) is not type(failure)):
             return None  # passed, or failed another way: not this failure
@@ -427,6 +459,7 @@ def explore(
     shrink_failure: bool = True,
     name: str = "",
     timeout: float | None = None,
+    wakeups: bool = False,
 ) -> Exploration:
     """Run *scenario* under up to *schedules* schedules; stop at the first failure.
 
@@ -436,12 +469,15 @@ def explore(
     order of their number, up to *schedules* of them). A failure is shrunk
     (unless *shrink_failure* is false) and returned as a `Tape`. A run
     longer than *timeout* seconds of loop time fails (`RunTimeout`).
+    *wakeups* turns on the opt-in variation of how many iterations a task's
+    step takes: a failure that needs it is marked latent (`Tape.latent`).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     if schedules < 1:
         raise ValueError(f"schedules must be at least 1, not {schedules!r}")
     result = Exploration(strategy)
+    mode = {"wakeups": wakeups}
     start = time.perf_counter()
     failing: DecisionLog | None = None
     failure: BaseException | None = None
@@ -454,7 +490,9 @@ def explore(
             if next_strategy is None:
                 result.exhausted = space.exhausted
                 break
-            last, exc = attempt(scenario, next_strategy, virtual_time=virtual_time, timeout=timeout)
+            last, exc = attempt(
+                scenario, next_strategy, virtual_time=virtual_time, timeout=timeout, **mode
+            )
             result.schedules += 1
             if exc is not None:
                 failing, failure = last, exc
@@ -464,7 +502,7 @@ def explore(
         length = 0
         if strategy == "pct":
             log, exc = attempt(
-                scenario, ReplayStrategy({}), virtual_time=virtual_time, timeout=timeout
+                scenario, ReplayStrategy({}), virtual_time=virtual_time, timeout=timeout, **mode
             )
             result.schedules += 1
             length = log.count
@@ -477,7 +515,7 @@ def explore(
                 chosen = PCTStrategy(s, depth=depth, length=max(length, 1))
             else:
                 chosen = RandomStrategy(s)
-            log, exc = attempt(scenario, chosen, virtual_time=virtual_time, timeout=timeout)
+            log, exc = attempt(scenario, chosen, virtual_time=virtual_time, timeout=timeout, **mode)
             result.schedules += 1
             length = max(length, log.count)
             if exc is not None:
@@ -487,7 +525,12 @@ def explore(
         original = len(failing.deviations)
         if shrink_failure:
             failing, shrunk_exc, result.shrink_runs = shrink(
-                scenario, failing, virtual_time=virtual_time, failure=failure, timeout=timeout
+                scenario,
+                failing,
+                virtual_time=virtual_time,
+                failure=failure,
+                timeout=timeout,
+                **mode,
             )
             failure = shrunk_exc or failure
         result.tape = Tape.from_log(
@@ -496,6 +539,7 @@ def explore(
             scenario=name,
             failure=_describe_failure(failure),
             virtual_time=virtual_time,
+            wakeups=wakeups,
             shrunk_from=original if shrink_failure else None,
         )
     result.seconds = time.perf_counter() - start
@@ -543,6 +587,7 @@ class SeedJob:
     length: int
     virtual_time: bool
     timeout: float | None
+    wakeups: bool = False
 
 
 def run_seeds(job: SeedJob, out: Any) -> None:
@@ -559,6 +604,7 @@ def run_seeds(job: SeedJob, out: Any) -> None:
             strategy_for(job.strategy, seed, job.depth, job.length),
             virtual_time=job.virtual_time,
             timeout=job.timeout,
+            wakeups=job.wakeups,
         )
         if exc is not None:
             out.put(("passed", done))
@@ -579,5 +625,5 @@ def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:
     log = DecisionLog(tape.strategy())
     from . import run
 
-    run(scenario(), virtual_time=tape.virtual_time, strategy=log)
+    run(scenario(), virtual_time=tape.virtual_time, strategy=log, wakeups=tape.wakeups)
     return log

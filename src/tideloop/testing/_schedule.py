@@ -47,7 +47,24 @@ these, and nothing else:
    not modelled as taking ten seconds), and at once when no timer is
    pending at all. Handles from one thread keep their order.
 
-Never varied, because asyncio guarantees them: ``call_soon`` callbacks run
+4. **Only with** ``wakeups=True`` (off by default): **how many iterations
+   a task's step takes to come** (``("wake", loop, t, k)``: the k-th step
+   of the t-th task, tasks numbered in the order their first step was
+   queued): run in its iteration (0) or 1 .. *max_wake* iterations later,
+   as if what it awaited had taken that many more ``await
+   asyncio.sleep(0)`` hops (a library with one more await inside, another
+   Python's asyncio). This is not a freedom asyncio has with the program
+   as it is (it breaks ``call_soon`` FIFO between a task's step and the
+   callbacks queued after it), so a failure that needs it is *latent*: a
+   race one more await elsewhere would expose, never a false alarm
+   counted against a correct program. Only task steps move (a handle whose
+   callback belongs to an ``asyncio.Task``); every other callback keeps
+   its place, and a delayed step keeps its place among steps delayed with
+   it. While a step is delayed the loop does not block, and virtual time
+   does not move.
+
+Never varied, because asyncio guarantees them (outside the opt-in wake-up
+mode above, which moves task steps only): ``call_soon`` callbacks run
 in FIFO order (including ``call_soon_threadsafe`` from the loop's own
 thread, which goes straight to the ready queue); callbacks queued in one
 iteration run after those already queued; I/O callbacks run before the
@@ -71,8 +88,9 @@ import collections
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from tideloop._core.clock import PollFn, WaitFn
 from tideloop._core.handles import ReadyQueue
@@ -89,6 +107,14 @@ THREAD_HORIZON: Final = 0.1
 PRIORITY_PROBABILITY: Final = 0.25
 #: Probability that a tied timer jumps ahead (of 1..n, uniformly).
 TIE_PROBABILITY: Final = 0.5
+#: Wake-up mode: probability that a task's step is late by one more
+#: iteration (each further one as likely again), and the most it is.
+WAKE_PROBABILITY: Final = 0.1
+MAX_WAKE: Final = 3
+
+#: Task classes whose steps the wake-up mode moves (the C one and, where it
+#: exists, the pure-Python one; PyPy has only the latter, as asyncio.Task).
+_TASK_TYPES: Final = tuple({asyncio.Task, getattr(asyncio.tasks, "_PyTask", asyncio.Task)})
 
 
 def _geometric(p: float, n: int) -> list[float]:
@@ -162,6 +188,7 @@ class Perturber:
         "_deadline",
         "_defer_weights",
         "_deferred",
+        "_delayed",
         "_fd_count",
         "_fd_files",
         "_fd_ids",
@@ -179,13 +206,18 @@ class Perturber:
         "_now",
         "_priority_weights",
         "_ready",
+        "_task_count",
+        "_tasks",
         "_ties",
+        "_wake_weights",
         "deferrals",
         "holds",
         "log",
         "seed",
         "shuffles",
         "ties",
+        "wakes",
+        "wakeups",
     )
 
     def __init__(
@@ -199,19 +231,27 @@ class Perturber:
         hold_probability: float = HOLD_PROBABILITY,
         max_hold: int = MAX_HOLD,
         thread_horizon: float = THREAD_HORIZON,
+        wakeups: bool = False,
+        wake_probability: float = WAKE_PROBABILITY,
+        max_wake: int = MAX_WAKE,
     ) -> None:
         """*seed*: a `RandomStrategy` of that seed; or give *strategy*, or a
-        *log* (a run's `DecisionLog`, shared by the run's loops)."""
+        *log* (a run's `DecisionLog`, shared by the run's loops).
+        *wakeups*: also vary how many iterations a task's step takes (the
+        opt-in mode of the module docstring, item 4)."""
         if seed is not None and not isinstance(seed, int):
             raise TypeError(f"seed must be an int, not {type(seed).__name__}")
         for name, p in (
             ("defer_probability", defer_probability),
             ("hold_probability", hold_probability),
+            ("wake_probability", wake_probability),
         ):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, not {p!r}")
-        if max_defer < 0 or max_hold < 0 or not thread_horizon >= 0.0:
-            raise ValueError("max_defer, max_hold and thread_horizon must not be negative")
+        if max_defer < 0 or max_hold < 0 or max_wake < 0 or not thread_horizon >= 0.0:
+            raise ValueError(
+                "max_defer, max_hold, max_wake and thread_horizon must not be negative"
+            )
         if log is None:
             if strategy is None:
                 if seed is None:
@@ -229,6 +269,15 @@ class Perturber:
         self._defer_weights = _geometric(defer_probability, max_defer) if max_defer else []
         self._priority_weights = [PRIORITY_PROBABILITY] * 3
         self._hold_weights = _geometric(hold_probability, max_hold) if max_hold else []
+        self.wakeups = bool(wakeups) and max_wake > 0
+        self._wake_weights = _geometric(wake_probability, max_wake) if max_wake else []
+        #: task -> [its identity, steps seen]; steps delayed: (iterations
+        #: left, handle), in the order they were delayed.
+        self._tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], list[int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._task_count = 0  # not len(_tasks): a finished task leaves it
+        self._delayed: list[tuple[int, asyncio.Handle]] = []
         #: fd -> identity (order of first readiness), its count of readiness
         #: instances, and its words; and the file it was (device, inode): a
         #: number closed and reused is a new fd, with a new identity.
@@ -256,11 +305,13 @@ class Perturber:
         self.deferrals = 0
         self.holds = 0
         self.ties = 0
+        self.wakes = 0
 
     def __repr__(self) -> str:
         return (
             f"<Perturber {self.log.strategy.describe()} shuffles={self.shuffles} "
-            f"deferrals={self.deferrals} holds={self.holds} ties={self.ties}>"
+            f"deferrals={self.deferrals} holds={self.holds} ties={self.ties}"
+            f"{f' wakes={self.wakes}' if self.wakeups else ''}>"
         )
 
     # ------------------------------------------------------------------
@@ -325,6 +376,12 @@ class Perturber:
         self._loop_thread = threading.get_ident()
         inner = self._inner
         held = self._held
+        if self.wakeups and (self._ready or self._delayed):
+            self._vary_steps()
+            if self._delayed or self._ready:
+                # A late step is an iteration away, not a wait; one due now
+                # was queued after the loop computed its timeout.
+                timeout = 0.0
         if self._deferred:
             timeout = 0.0  # deferred fds are ready: nothing to wait for
         elif held and timeout != 0.0:
@@ -416,6 +473,67 @@ class Perturber:
             blocked.add(h.thread)
             keep.append(h)
         self._held = keep
+
+    # ------------------------------------------------------------------
+    # Task steps (wake-up mode)
+
+    def _vary_steps(self) -> None:
+        """Decide the task steps queued since the last iteration; queue the due.
+
+        Called before the poll, when the ready queue holds exactly what the
+        last iteration's callbacks (and the loop's own thread) queued: each
+        is seen here once. A step delayed v iterations is queued again
+        after v more of these calls, behind what is ready then.
+        """
+        ready = self._ready
+        assert ready is not None
+        due: list[asyncio.Handle] = []
+        still: list[tuple[int, asyncio.Handle]] = []
+        for left, late in self._delayed:
+            if left <= 1:
+                due.append(late)
+            else:
+                still.append((left - 1, late))
+        if ready:
+            kept: list[asyncio.Handle] | None = None
+            handles = list(ready)
+            for i, handle in enumerate(handles):
+                task = getattr(getattr(handle, "_callback", None), "__self__", None)
+                v = 0
+                if isinstance(task, _TASK_TYPES) and not handle._cancelled:
+                    v = self._wake_value(task)
+                if v:
+                    if kept is None:
+                        kept = handles[:i]
+                    still.append((v, handle))
+                elif kept is not None:
+                    kept.append(handle)
+            if kept is not None:
+                ready.clear()
+                ready.extend(kept)
+        self._delayed = still
+        ready.extend(due)
+
+    def _wake_value(self, task: asyncio.Task[Any]) -> int:
+        seen = self._tasks.get(task)
+        if seen is None:
+            seen = self._tasks[task] = [self._task_count, 0]
+            self._task_count += 1
+        ident, k = seen
+        seen[1] = k + 1
+        coro = task.get_coro()
+        what = f"step #{k} of task #{ident} ({getattr(coro, '__qualname__', coro)})"
+
+        def words(v: int) -> str:
+            if not v:
+                return f"{what}: in its iteration"
+            return f"{what}: {v} iteration(s) late (latent: as if it awaited {v} more time(s))"
+
+        n = len(self._wake_weights) + 1
+        v = self.log.choose(("wake", self._loop_no, ident, k), n, self._wake_weights, words)
+        if v:
+            self.wakes += 1
+        return v
 
     # ------------------------------------------------------------------
     # Ready fds

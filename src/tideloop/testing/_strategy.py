@@ -20,7 +20,9 @@ Points are named by stable identities, not by fd numbers or positions:
   ``call_soon_threadsafe``;
 - ``("job", loop, i)``: the result of the i-th executor or ``to_thread`` job
   the loop was given (submission order, which the program fixes, where the
-  order in which results arrive is the threads').
+  order in which results arrive is the threads');
+- ``("wake", loop, t, k)``: only in the opt-in wake-up mode, the k-th step
+  of the t-th task to have a step queued (how many iterations late it runs).
 
 So a list of deviations (a *tape*, ``_tape``) replays by identity: a run
 that meets the same points on another Python version makes the same

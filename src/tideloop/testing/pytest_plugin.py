@@ -24,6 +24,10 @@ and it does nothing unless asked:
   that replays it.
 - ``--tideloop-tape=FILE`` (implies ``--tideloop``): every test runs under
   that tape's deviations (its exact schedule).
+- ``--tideloop-wakeups`` (with ``--tideloop-seed``, ``--tideloop-seeds``):
+  the schedules also vary how many iterations a task's step takes (the
+  opt-in mode of ``tideloop.testing.Perturber``); a failure that needs it
+  is reported as latent. A tape made so carries the mode.
 - ``@pytest.mark.tideloop(virtual_time=..., seed=..., autojump_threshold=...)``
   runs one test on tideloop (with those settings) even without the options.
 - The ``tideloop_clock`` fixture turns on virtual time for its test and
@@ -165,6 +169,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where failing schedules' tapes go (default: .tideloop-tapes next to the test)",
     )
     group.addoption(
+        "--tideloop-wakeups",
+        action="store_true",
+        default=False,
+        help="with --tideloop-seed(s): also vary how many iterations a task's step "
+        "takes (finds latent races; a failure that needs it is reported as latent)",
+    )
+    group.addoption(
         "--tideloop-tape",
         default=None,
         metavar="FILE",
@@ -238,6 +249,8 @@ class _Settings:
     autojump_threshold: float
     seed: int | None
     uses_network: bool = False
+    #: The opt-in wake-up mode (only with a seed or strategy).
+    wakeups: bool = False
     #: Answers the schedule's decision points (None: a seed's random one,
     #: or no perturbation without a seed).
     strategy: Strategy | None = None
@@ -310,6 +323,11 @@ class _Plugin:
                 ) from None
             if self.tape.virtual_time:
                 self.virtual_time = True
+        self.wakeups: bool = opt("tideloop_wakeups") or bool(self.tape and self.tape.wakeups)
+        if self.wakeups and self.seed is None and self.seeds is None and self.tape is None:
+            raise pytest.UsageError(
+                "--tideloop-wakeups varies schedules: give --tideloop-seed or --tideloop-seeds"
+            )
         self.enabled: bool = (
             opt("tideloop")
             or self.virtual_time
@@ -341,13 +359,16 @@ class _Plugin:
                 seed=self.seed,
                 autojump_threshold=self.autojump_threshold,
                 strategy=None if self.tape is None else self.tape.strategy(),
+                wakeups=self.wakeups and (self.seed is not None or self.tape is not None),
             )
         if not settings.active:
             return self._previous_new_loop()
+        decisions = settings.decisions()
         return new_event_loop(
             virtual_time=settings.clock() if settings.virtual_time else False,
             network=settings.network() if settings.uses_network else None,
-            strategy=settings.decisions(),
+            strategy=decisions,
+            wakeups=settings.wakeups and decisions is not None,
         )
 
     def _previous_new_loop(self) -> asyncio.AbstractEventLoop:
@@ -389,6 +410,7 @@ class _Plugin:
             seed=seed,
             uses_network=uses_network,
             strategy=strategy,
+            wakeups=self.wakeups,
         )
         if strategy is None and self.tape is not None:
             settings.strategy = self.tape.strategy()
@@ -414,6 +436,8 @@ class _Plugin:
         args.append(f"--tideloop-tape={tape}" if tape is not None else f"--tideloop-seed={seed}")
         if self.virtual_time:
             args.append("--tideloop-virtual-time")
+        if self.wakeups and tape is None:
+            args.append("--tideloop-wakeups")  # a tape carries its mode
         if self.autojump_threshold:
             args.append(f"--tideloop-autojump-threshold={self.autojump_threshold}")
         return shlex.join(args)
@@ -682,6 +706,7 @@ class _SeedRunner:
             scenario=item.nodeid,
             failure=failure.splitlines()[-1] if failure else "",
             virtual_time=plugin.settings_for(item, seed).virtual_time,
+            wakeups=plugin.wakeups,
             shrunk_from=original,
         )
         path = tape.save(_tape_path(plugin, item))
