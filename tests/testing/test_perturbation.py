@@ -7,7 +7,9 @@ import collections
 import socket
 import threading
 import time
+import types
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from races import RACES, REAL_THREAD_TIMING, Planted, fails, seeds_to_find
@@ -203,6 +205,35 @@ def test_failing_run_names_its_seed() -> None:
     with pytest.raises(AssertionError) as info:
         testing.run(main(), seed=1234)
     assert "schedule seed 1234" in "".join(info.value.__notes__)
+
+
+def test_a_thread_handle_in_the_inbox_is_not_slept_past() -> None:
+    """A handle another thread queued is taken at the next wait, without blocking.
+
+    Its wake-up can be lost: the waker skips writing while its previous
+    wake is being drained, because the core finds such handles in ready;
+    a Perturber keeps them in its inbox, so it must look there before the
+    loop blocks (seen as: a 1 ms to_thread under a 1 s wait_for timing out
+    on virtual time, 2 runs in 200 on 3.14).
+    """
+    perturber = Perturber(0)
+    ready: collections.deque[asyncio.Handle] = collections.deque()
+    wait = perturber.attach(ready, None, lambda: 0.0, lambda: None)
+    timeouts: list[float | None] = []
+
+    def poll(timeout: float | None) -> list[tuple[int, int]]:
+        timeouts.append(timeout)
+        return []
+
+    wait(poll, 0.0)  # this thread is the loop's
+    loop: Any = types.SimpleNamespace(get_debug=lambda: False)
+    handle = asyncio.Handle(lambda: None, (), loop)
+    thread = threading.Thread(target=perturber.admit_threadsafe, args=(handle,))
+    thread.start()
+    thread.join()
+    wait(poll, 1.0)  # no byte on the waker: only the inbox says it came
+    assert timeouts[-1] == 0.0
+    assert handle in ready or [h.handle for h in perturber._held] == [handle]
 
 
 def test_poll_events_are_permuted_not_lost() -> None:

@@ -382,8 +382,12 @@ class Perturber:
                 # A late step is an iteration away, not a wait; one due now
                 # was queued after the loop computed its timeout.
                 timeout = 0.0
-        if self._deferred:
-            timeout = 0.0  # deferred fds are ready: nothing to wait for
+        if self._deferred or self._inbox:
+            # Deferred fds are ready: nothing to wait for. A thread's handle
+            # already in the inbox may have lost its wake-up (the waker skips
+            # writing while its last wake is being drained; the core relies
+            # on finding the handle in ready, but it is here): take it now.
+            timeout = 0.0
         elif held and timeout != 0.0:
             assert self._now is not None
             now = self._now()
