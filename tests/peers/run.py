@@ -163,7 +163,7 @@ KNOWN: dict[tuple[str, str], str] = {}
 
 #: Re-runs, one test at a time, of what failed on tideloop but passed on
 #: the stdlib loop, before it counts as a regression.
-RERUNS = 3
+RERUNS = 5
 
 
 def log(message: str) -> None:
