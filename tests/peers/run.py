@@ -3,16 +3,23 @@
 For each peer (`PEERS`): take its released sdist from PyPI (cached under
 ``.peers/``, which git ignores; no third-party code is copied into this
 repository), install it with its test requirements into a virtual environment
-of its own next to tideloop (editable, from this checkout), run its suite twice
-on the same selection, once on the stdlib loop and once with ``--tideloop``,
-and compare the two JUnit reports. The run fails when a test that passes on the
-stdlib loop does not pass on tideloop (a skip counts as not passing), unless
-`KNOWN` names it with a reason, or when the ``--tideloop`` run made no tideloop
-loop (`tideloop_peer_check` counts the loops each run made).
+of its own next to tideloop (editable, from this checkout), run its suite with
+``--tideloop``, and run on the stdlib loop what did not pass there. The run
+fails when a test that passes on the stdlib loop does not pass on tideloop (a
+skip counts as not passing), unless `KNOWN` names it with a reason, or when the
+``--tideloop`` run made no tideloop loop (`tideloop_peer_check` counts the
+loops each run made).
+
+The stdlib loop's side is run only for the tests that did not pass on tideloop
+(the question is only ever asked of them), after a ``--collect-only`` on the
+stdlib loop shows that the tideloop run ran every test the stdlib loop would. When
+that cannot be shown (a test id pytest cannot be given back, a collection that
+differs), the whole suite runs on the stdlib loop too, as ``--both`` always does.
 
     python tests/peers/run.py                       # every peer, this Python
     python tests/peers/run.py anyio --jobs 2        # one peer, two xdist workers
     python tests/peers/run.py aiohttp -- -k client  # extra pytest arguments
+    python tests/peers/run.py --both                # whole suites on both loops
 
 Exit status 0 when every peer passes on tideloop wherever it passes on the stdlib
 loop; a table per peer either way.
@@ -243,6 +250,10 @@ def node_id(file: str, classname: str, name: str) -> str:
     return "::".join(part for part in (file or classname, inner, name) if part)
 
 
+#: The outcome of a module skipped at collection (not a test id pytest lists).
+COLLECTION_SKIPPED = "skipped at collection"
+
+
 def outcomes(report: Path) -> dict[str, str]:
     """test id -> passed / failed / error / skipped, from a JUnit XML report."""
     result: dict[str, str] = {}
@@ -254,6 +265,10 @@ def outcomes(report: Path) -> dict[str, str]:
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                if child.get("message") == "collection skipped":
+                    # A module skipped as a whole (an importorskip): no test
+                    # of it was collected, and its entry names no test.
+                    outcome = COLLECTION_SKIPPED
                 break
         # A test that fails in teardown has two entries: the worst counts.
         if result.get(test_id, "passed") == "passed":
@@ -276,6 +291,33 @@ class Place:
     venv: Path
     src: Path
     tag: str
+
+
+def peer_env(peer: Peer) -> dict[str, str]:
+    """The environment a peer's pytest runs in (our plugin importable)."""
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **dict(peer.env), "PYTHONPATH": path}
+
+
+def collected(peer: Peer, place: Place, extra: list[str]) -> set[str] | None:
+    """The node ids the suite's run on the stdlib loop would run, or None.
+
+    ``pytest --collect-only -q`` prints one node id a line, then a blank line
+    and its summary; None when it fails.
+    """
+    cmd = [str(place.venv / "bin" / "python"), "-m", "pytest", *peer.paths, *peer.pytest_args]
+    cmd += ["-q", "-p", "no:cacheprovider", "--collect-only", *extra]
+    done = subprocess.run(
+        cmd, cwd=place.src, env=peer_env(peer), check=False, stdout=subprocess.PIPE, text=True
+    )
+    if done.returncode != 0:
+        return None
+    ids: set[str] = set()
+    for line in done.stdout.splitlines():
+        if not line.strip():
+            break
+        ids.add(line)
+    return ids
 
 
 def run_suite(
@@ -305,13 +347,9 @@ def run_suite(
     if loop.startswith("tideloop"):
         cmd.append("--tideloop")
     cmd += extra
-    env = {
-        **os.environ,
-        **dict(peer.env),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
-        "TIDELOOP_PEER_REPORT": str(counts),
-    }
-    log(f"{peer.name} on the {loop} loop: {' '.join(cmd[3:])}")
+    env = {**peer_env(peer), "TIDELOOP_PEER_REPORT": str(counts)}
+    shown = " ".join(cmd[3:]) if only is None else f"{len(only)} tests"
+    log(f"{peer.name} on the {loop} loop: {shown}")
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=src, env=env, check=False, stdout=subprocess.PIPE, text=True)
     elapsed = time.monotonic() - started
@@ -321,6 +359,48 @@ def run_suite(
     if not report.exists():
         raise SystemExit(f"{peer.name}: pytest wrote no report (exit {done.returncode})")
     return outcomes(report), loops_made(counts), elapsed
+
+
+def stdlib_side(
+    peer: Peer,
+    place: Place,
+    python: str,
+    tide: dict[str, str],
+    *,
+    jobs: int,
+    extra: list[str],
+    both: bool,
+) -> tuple[dict[str, str], dict[str, int], float, Place]:
+    """The stdlib loop's outcomes of what `compare` asks about, and the tree used.
+
+    Only the tests that did not pass on tideloop are asked about, so only they
+    run, once the stdlib loop's collection is shown to be the tideloop run's.
+    """
+
+    def fresh() -> Place:  # suites write files next to their tests
+        return Place(place.venv, source(peer, sdist(peer, python), place.tag), place.tag)
+
+    place = fresh()
+    ran = {test_id for test_id, outcome in tide.items() if outcome != COLLECTION_SKIPPED}
+    if not both:
+        expected = collected(peer, place, extra)
+        if expected != ran:
+            # The tideloop run did not run what the stdlib loop's would (or
+            # the ids cannot be matched): compare whole runs.
+            count = "?" if expected is None else len(expected)
+            log(f"{peer.name}: {count} tests collected, {len(ran)} run on tideloop")
+            both = True
+    if not both:
+        asked = sorted(test_id for test_id in ran if tide[test_id] != "passed")
+        if not asked:
+            return {}, {"tideloop": 0, "stdlib": 0}, 0.0, place
+        stdlib, loops, elapsed = run_suite(peer, place, "stdlib", jobs, extra, only=asked)
+        if set(stdlib) == set(asked):
+            return stdlib, loops, elapsed, place
+        log(f"{peer.name}: the stdlib loop's run of {len(asked)} tests did not run them all")
+        place = fresh()
+    stdlib, loops, elapsed = run_suite(peer, place, "stdlib", jobs, extra)
+    return stdlib, loops, elapsed, place
 
 
 def compare(peer: Peer, stdlib: dict[str, str], tide: dict[str, str]) -> list[str]:
@@ -337,6 +417,11 @@ def main() -> int:
     parser.add_argument("peers", nargs="*", help=f"of {', '.join(PEERS)} (default: all)")
     parser.add_argument("--python", default=sys.executable, help="interpreter (default: this)")
     parser.add_argument("--jobs", type=int, default=1, help="xdist workers per run")
+    parser.add_argument(
+        "--both",
+        action="store_true",
+        help="the whole suite on the stdlib loop too (default: what did not pass on tideloop)",
+    )
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
@@ -358,10 +443,10 @@ def main() -> int:
         src = source(peer, sdist(peer, args.python), tag)
         venv = environment(peer, args.python, tag, src)
         place = Place(venv, src, tag)
-        stdlib, stdlib_loops, t1 = run_suite(peer, place, "stdlib", args.jobs, extra)
-        # A fresh tree: suites write files next to their tests.
-        place = Place(venv, source(peer, sdist(peer, args.python), tag), tag)
         tide, tide_loops, t2 = run_suite(peer, place, "tideloop", args.jobs, extra)
+        stdlib, stdlib_loops, t1, place = stdlib_side(
+            peer, place, args.python, tide, jobs=args.jobs, extra=extra, both=args.both
+        )
         regressions = compare(peer, stdlib, tide)
         for attempt in range(1, RERUNS + 1):
             if not regressions:
@@ -381,9 +466,9 @@ def main() -> int:
         passed_std = sum(o == "passed" for o in stdlib.values())
         passed_tide = sum(o == "passed" for o in tide.values())
         rows.append(
-            f"| {peer.name} {peer.version} | {len(stdlib)} | {passed_std} | {passed_tide} "
-            f"| {len(regressions)} | {tide_loops['tideloop']} / {tide_loops['stdlib']} "
-            f"| {t1:.0f} s / {t2:.0f} s |"
+            f"| {peer.name} {peer.version} | {len(tide)} | {passed_tide} | {len(stdlib)} "
+            f"| {passed_std} | {len(regressions)} "
+            f"| {tide_loops['tideloop']} / {tide_loops['stdlib']} | {t2:.0f} s / {t1:.0f} s |"
         )
         if stdlib_loops["tideloop"]:
             log(f"{peer.name}: the stdlib run made {stdlib_loops['tideloop']} tideloop loops")
@@ -399,10 +484,10 @@ def main() -> int:
     print()
     print(f"Python: {tag}")
     print(
-        "| suite | tests | passed, stdlib | passed, tideloop | regressions "
-        "| loops in the tideloop run (tideloop / stdlib) | time (stdlib / tideloop) |"
+        "| suite | tests | passed, tideloop | run on stdlib | passed, stdlib | regressions "
+        "| loops in the tideloop run (tideloop / stdlib) | time (tideloop / stdlib) |"
     )
-    print("|---|--:|--:|--:|--:|--:|--:|")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for row in rows:
         print(row)
     return 1 if failed else 0
