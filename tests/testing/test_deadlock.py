@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import signal
 import socket
 import sys
 import threading
+import time
 
 import pytest
 
@@ -53,10 +55,11 @@ def test_crossed_locks_are_reported_with_every_tasks_stack() -> None:
 
 
 def test_threads_that_cannot_wake_the_loop_do_not_hide_a_deadlock() -> None:
-    # A thread alive before the loop was made (a test runner's, as
-    # pytest-xdist's) and the default executor's idle worker.
-    stop = threading.Event()
-    runner_thread = threading.Thread(target=stop.wait)
+    # A thread busy when the loop was made (a test runner's, as
+    # pytest-xdist's channel reader, blocked in a read) and the default
+    # executor's idle worker.
+    r, w = os.pipe()
+    runner_thread = threading.Thread(target=os.read, args=(r, 1))
     runner_thread.start()
 
     async def main() -> None:
@@ -67,8 +70,40 @@ def test_threads_that_cannot_wake_the_loop_do_not_hide_a_deadlock() -> None:
         with pytest.raises(Deadlock, match="1 task"):
             testing.run(main(), virtual_time=True)
     finally:
-        stop.set()
+        os.write(w, b"x")
         runner_thread.join()
+        os.close(r)
+        os.close(w)
+
+
+def test_a_thread_idle_before_the_loop_was_made_may_still_wake_it() -> None:
+    """A thread started before the loop and idle then (a fixture's worker on a
+    queue) is one the program can wake: no report while it works (it was a
+    false alarm), and the result arrives as on the stdlib loop."""
+    jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, asyncio.Future[str]] | None]
+    jobs = queue.Queue()
+
+    def worker() -> None:
+        while (job := jobs.get()) is not None:
+            loop, fut = job
+            time.sleep(0.05)
+            loop.call_soon_threadsafe(fut.set_result, "worker")
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[str] = loop.create_future()
+        jobs.put((loop, fut))
+        return await fut
+
+    try:
+        assert asyncio.run(main()) == "worker"
+        assert testing.run(main(), virtual_time=True) == "worker"
+    finally:
+        jobs.put(None)
+        thread.join()
 
 
 def test_a_partition_nobody_heals_is_a_deadlock_in_the_simulation() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import queue
 import threading
 import time
 
@@ -223,6 +224,83 @@ def test_other_threads_work_holds_the_clock() -> None:
 
     assert run(main(), clock=VirtualClock(autojump_threshold=0.0)) == "thread"
     assert run(main(), clock=VirtualClock(autojump_threshold=0.5)) == "thread"
+
+
+def test_a_thread_idle_before_the_loop_holds_the_clock_when_woken() -> None:
+    """A thread started before the loop, idle then (on a queue, as a fixture's
+    server thread waits in select), that the program wakes: its 1 ms of
+    work is not jumped past by a 20 ms timeout, as on the stdlib loop."""
+    jobs: queue.Queue[tuple[asyncio.AbstractEventLoop, asyncio.Event] | None] = queue.Queue()
+
+    def worker() -> None:
+        while (job := jobs.get()) is not None:
+            loop, event = job
+            time.sleep(0.001)
+            loop.call_soon_threadsafe(event.set)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        for _ in range(5):
+            event = asyncio.Event()
+            jobs.put((loop, event))
+            try:
+                await asyncio.wait_for(event.wait(), 0.02)
+            except TimeoutError:
+                return "timeout"
+        return "events"
+
+    try:
+        assert asyncio.run(main()) == "events"
+        assert run(main()) == "events"
+    finally:
+        jobs.put(None)
+        thread.join()
+
+
+def test_a_busy_thread_from_before_the_loop_is_watched_once_it_calls_in() -> None:
+    """A thread busy when the loop was made looks like a test runner's and is
+    not watched, until it calls ``call_soon_threadsafe`` on the loop: from
+    then on its work holds the clock, as a producer of the loop's work."""
+    loops: list[asyncio.AbstractEventLoop] = []
+    requests: queue.Queue[asyncio.Event | None] = queue.Queue()
+    first = threading.Event()
+
+    def producer() -> None:
+        while not loops:  # busy (a sleeping poll) while the loop is made
+            time.sleep(0.001)
+        loop = loops[0]
+        loop.call_soon_threadsafe(first.set)
+        while (event := requests.get()) is not None:
+            time.sleep(0.001)
+            loop.call_soon_threadsafe(event.set)
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        loops.append(loop)
+        # The first call arrives while an executor job holds the clock.
+        await loop.run_in_executor(None, first.wait, 5.0)
+        for _ in range(5):
+            event = asyncio.Event()
+            requests.put(event)
+            try:
+                await asyncio.wait_for(event.wait(), 0.02)
+            except TimeoutError:
+                return "timeout"
+        return "events"
+
+    for runner in (asyncio.run, run):
+        loops.clear()
+        first.clear()
+        thread = threading.Thread(target=producer)
+        thread.start()
+        try:
+            assert runner(main()) == "events"
+        finally:
+            requests.put(None)
+            thread.join()
 
 
 def test_real_loopback_io_under_virtual_time(poller: str) -> None:

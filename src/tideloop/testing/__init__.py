@@ -68,7 +68,7 @@ from ._network import SimNetwork, SimSocket
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
-from ._threads import ThreadWatch
+from ._threads import ThreadWatch, runner_threads, track_producers
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
@@ -131,7 +131,7 @@ def new_event_loop(
     With virtual time, a run where every task waits and nothing (no timer,
     thread, real fd or signal) can wake them raises `Deadlock` out of the
     loop, naming what each task awaits, instead of hanging; and the clock
-    does not jump while a thread the program started looks busy (`ThreadWatch`).
+    does not jump while a thread of the program's looks busy (`ThreadWatch`).
     """
     if virtual_time is None:
         virtual_time = network is not None
@@ -155,9 +155,12 @@ def new_event_loop(
     if clock is not None:
         # Under virtual time a run that can never wake raises Deadlock
         # with every task's await stack, instead of hanging.
-        baseline = _deadlock.threads_now()
+        # Threads busy now (a test runner's) are not taken for the program's,
+        # until one calls call_soon_threadsafe on this loop.
+        baseline = runner_threads()
+        track_producers(loop, baseline)
         loop._stuck_hook = functools.partial(_deadlock.check, loop, baseline)
-        # ... and does not jump while a thread the program started is busy.
+        # ... and does not jump while a thread of the program's is busy.
         loop._threads_busy = ThreadWatch(baseline)
     return loop
 

@@ -12,10 +12,13 @@ raises `Deadlock` out of ``run_forever`` with every task's await stack
 "Nothing outside can wake it" is decided conservatively; any of these
 means the loop just waits, as before:
 
-- another thread exists that did not exist when the loop was made (it may
-  call ``call_soon_threadsafe``); the threads alive then (a test runner's:
-  pytest-xdist, pytest-timeout) and the idle workers of the loop's default
-  executor do not count;
+- another thread exists (it may call ``call_soon_threadsafe``), other than
+  the loop's baseline and the idle workers of the loop's default executor.
+  The baseline is the threads that looked busy when the loop was made (a
+  test runner's: pytest-xdist's reader, pytest-timeout's timer; see
+  ``tideloop.testing._threads``), less any that has since called
+  ``call_soon_threadsafe`` on the loop. A thread idle then (waiting on a
+  queue, an event, a select) counts: the program may wake it;
 - a real fd is registered, by the program or by the loop for it (a
   socket, a pipe, a child process's pidfd may yet become ready); only the
   loop's waker (written by threads, above) and signal pipe (below) and
@@ -32,8 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import threading
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tideloop._loop import Loop
@@ -48,25 +51,13 @@ class Deadlock(RuntimeError):
     """Every task waits, and nothing (no timer, thread, real fd, signal) can wake them."""
 
 
-def threads_now() -> frozenset[int]:
-    """The threads alive now (taken when a loop is made: its baseline).
-
-    Threads started with ``_thread.start_new_thread`` (execnet's, under
-    pytest-xdist) are not in ``threading.enumerate()``; the interpreter's
-    frame table has them all.
-    """
-    idents = {t.ident for t in threading.enumerate() if t.ident is not None}
-    idents.update(sys._current_frames())
-    return frozenset(idents)
-
-
-def check(loop: Loop, baseline: frozenset[int] = frozenset()) -> None:
+def check(loop: Loop, baseline: AbstractSet[int] = frozenset()) -> None:
     """Raise `Deadlock` if *loop* (about to block with no timer) can never wake.
 
-    Threads in *baseline* (alive when the loop was made: pytest-xdist's and
-    pytest-timeout's, say) and the idle workers of the loop's default
-    executor (an executor job in flight is counted by the core) are not
-    taken for possible wakers; any other thread is.
+    Threads in *baseline* (busy when the loop was made: pytest-xdist's and
+    pytest-timeout's, say; see `runner_threads`) and the idle workers of the
+    loop's default executor (an executor job in flight is counted by the
+    core) are not taken for possible wakers; any other thread is.
     """
     executor = loop._default_executor
     idle_workers = {t.ident for t in getattr(executor, "_threads", ())}

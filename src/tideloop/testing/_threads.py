@@ -21,11 +21,22 @@ Facts / what this means for us:
   someone else does. Anything else (Python code running, ``time.sleep``,
   a wait with a timeout such as ``threading.Timer``'s, a blocking ``recv``
   or C call made from the thread's own code) is *busy*.
+- A thread notified in ``Condition.wait`` (its waiter taken out of the
+  condition's list) is busy, though its frame is still the wait's: it is
+  only waiting for the GIL, and a jump now would pass the work it was
+  just handed (a job put on an idle worker's queue).
 - A thread that is starting or ending (in ``Thread._bootstrap_inner``,
   outside its target) counts as busy: a new thread has its whole target
   ahead of it, and an ending one is gone a moment later.
-- So a busy thread holds the clock still; an idle one does not. The threads
-  alive when the loop was made (a test runner's) are never counted.
+- So a busy thread holds the clock still; an idle one does not.
+- A test runner's threads (pytest-xdist's channel reader in ``read``,
+  pytest-timeout's timed wait) look busy all the time and never act on the
+  loop. The threads that look busy when the loop is made are its
+  *baseline* and are not counted (`runner_threads`); a thread idle then (a
+  server thread a fixture started, waiting in ``select`` or ``accept``; a
+  worker waiting on a queue) is, and so is a baseline thread from the
+  moment it calls ``call_soon_threadsafe`` on the loop (`track_producers`
+  takes it out of the baseline: it is a producer of this loop's work).
 - A thread can stay busy forever (a polling loop, a blocking ``recv`` on a
   socket nobody writes): after *grace* real seconds busy without a pause,
   it is ignored until it is next seen idle, so it costs one grace period,
@@ -36,11 +47,16 @@ Invariant: the watch only ever delays a jump; it never moves time.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
+from collections.abc import Set as AbstractSet
 from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from tideloop._core.run import CoreLoop
 
 #: (file name ending, function name) of frames a thread waits in.
 _IDLE_FRAMES: Final = frozenset(
@@ -72,17 +88,60 @@ def _idle(frame: FrameType) -> bool:
     if where == ("threading.py", "wait"):
         # Condition.wait (under Event.wait, Queue.get, Future.result):
         # with a timeout, the thread acts when it expires (threading.Timer,
-        # a poll loop), so it is busy; without one it waits for others.
-        return frame.f_locals.get("timeout") is None
+        # a poll loop), so it is busy; without one it waits for others,
+        # until notified: notify() takes its waiter out of the condition's
+        # list before the thread runs again (it may wait for the GIL a
+        # while, still in this frame), and from then on it is busy.
+        local = frame.f_locals
+        if local.get("timeout") is not None:
+            return False
+        condition, waiter = local.get("self"), local.get("waiter")
+        waiters = getattr(condition, "_waiters", None)
+        return waiter is None or waiters is None or waiter in waiters
     return True
 
 
+def runner_threads() -> set[int]:
+    """The threads alive now that do not look idle: a loop's baseline.
+
+    Taken when a loop is made. Threads started with ``_thread.start_new_thread``
+    (execnet's, under pytest-xdist) are not in ``threading.enumerate()``; the
+    interpreter's frame table has them all. A thread without a Python frame
+    counts as busy.
+    """
+    frames = sys._current_frames()
+    idents = {t.ident for t in threading.enumerate() if t.ident is not None}
+    idents.update(frames)
+    return {i for i in idents if i not in frames or not _idle(frames[i])}
+
+
+def track_producers(loop: CoreLoop, baseline: set[int]) -> None:
+    """Take a thread out of *baseline* when it calls ``call_soon_threadsafe`` on *loop*.
+
+    Wraps the loop's admission of thread handles (the ready queue's append or
+    a schedule's), on testing loops only: one ``get_ident`` per call.
+    """
+    admit = loop._admit_threadsafe
+    discard = baseline.discard
+    get_ident = threading.get_ident
+
+    def admit_from_a_producer(handle: asyncio.Handle) -> None:
+        discard(get_ident())
+        admit(handle)
+
+    loop._admit_threadsafe = admit_from_a_producer
+
+
 class ThreadWatch:
-    """``watch()`` is True while a thread not in *baseline* looks busy."""
+    """``watch()`` is True while a thread not in *baseline* looks busy.
+
+    *baseline* is shared with the loop's deadlock check and shrinks as
+    `track_producers` finds producers among its threads.
+    """
 
     __slots__ = ("_baseline", "_busy_since", "_grace", "_ignored")
 
-    def __init__(self, baseline: frozenset[int], *, grace: float = GRACE) -> None:
+    def __init__(self, baseline: AbstractSet[int], *, grace: float = GRACE) -> None:
         self._baseline = baseline
         self._grace = grace
         #: thread ident -> real time it was first seen busy (without a pause)
