@@ -21,6 +21,15 @@ import pytest
 
 from tideloop import testing
 from tideloop.testing import Deadlock, SimNetwork
+from tideloop.testing._threads import _idle
+
+
+def _until_idle(thread: threading.Thread) -> None:
+    """Wait until *thread* looks idle, as a loop made now will see it."""
+    deadline = time.monotonic() + 5.0
+    while not _idle(sys._current_frames()[thread.ident or 0]):
+        assert time.monotonic() < deadline, "the thread never looked idle"
+        time.sleep(0.001)
 
 
 async def crossed_locks() -> None:
@@ -100,6 +109,7 @@ def test_a_thread_idle_before_the_loop_was_made_may_still_wake_it() -> None:
 
     try:
         assert asyncio.run(main()) == "worker"
+        _until_idle(thread)  # as a fixture's worker waits before a test
         assert testing.run(main(), virtual_time=True) == "worker"
     finally:
         jobs.put(None)

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import math
 import queue
+import sys
 import threading
 import time
 
@@ -15,6 +16,15 @@ import tideloop
 from tideloop import testing
 from tideloop._pollers import available
 from tideloop.testing import VirtualClock
+from tideloop.testing._threads import _idle
+
+
+def _until_idle(thread: threading.Thread) -> None:
+    """Wait until *thread* looks idle, as a loop made now will see it."""
+    deadline = time.monotonic() + 5.0
+    while not _idle(sys._current_frames()[thread.ident or 0]):
+        assert time.monotonic() < deadline, "the thread never looked idle"
+        time.sleep(0.001)
 
 
 @pytest.fixture(params=available())
@@ -255,6 +265,7 @@ def test_a_thread_idle_before_the_loop_holds_the_clock_when_woken() -> None:
 
     try:
         assert asyncio.run(main()) == "events"
+        _until_idle(thread)  # as a fixture's worker waits before a test
         assert run(main()) == "events"
     finally:
         jobs.put(None)

@@ -21,6 +21,8 @@ Facts / what this means for us:
   someone else does. Anything else (Python code running, ``time.sleep``,
   a wait with a timeout such as ``threading.Timer``'s, a blocking ``recv``
   or C call made from the thread's own code) is *busy*.
+- blockbuster wraps a lock's ``acquire`` (and other blocking calls) in a
+  frame of its own, ``wrapper``: the wait is the frame below it.
 - A thread notified in ``Condition.wait`` (its waiter taken out of the
   condition's list) is busy, though its frame is still the wait's: it is
   only waiting for the GIL, and a jump now would pass the work it was
@@ -80,6 +82,13 @@ GRACE: Final = 1.0
 
 def _idle(frame: FrameType) -> bool:
     code = frame.f_code
+    if code.co_name == "wrapper" and code.co_filename.endswith("blockbuster.py"):
+        # blockbuster (anyio's and aiohttp's suites run under it) wraps
+        # blocking calls, a lock's acquire among them, in a Python frame:
+        # the wait is the frame below.
+        caller = frame.f_back
+        if caller is not None:
+            frame, code = caller, caller.f_code
     name = code.co_filename
     slash = name.rfind("/")
     where = (name[slash + 1 :], code.co_name)
