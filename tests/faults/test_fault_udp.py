@@ -32,7 +32,14 @@ EAGAIN storm there, on the very transport class UDP uses. So:
   ConnectionRefusedError, never the exception handler, on the loop under
   test and on a fresh stdlib loop given the same calls (the counts are
   compared loosely: the kernel rate-limits ICMP); the endpoint stays usable
-  and reaches the port once something listens there.
+  and reaches the port once something listens there;
+- UDP, a storm of ENOBUFS and EAGAIN played at the socket object (the
+  transport's ``send``/``sendto`` calls meet a seeded script, the only way
+  to get either on loopback): each ENOBUFS reaches ``error_received`` and
+  loses that one datagram, each EAGAIN queues it to be retried first, every
+  other datagram arrives once and in order, the call sequence is the one
+  asyncio's transport makes, and a close waits for the queue. Not on
+  uvloop, which sends through libuv, never through the socket object.
 
 Each test runs on the stdlib loop, tideloop with every poller, and uvloop
 where installed; no exception-handler call, fd, task or thread may be left.
@@ -41,9 +48,11 @@ where installed; no exception-handler call, fd, task or thread may be left.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import itertools
 import os
+import random
 import socket
 import struct
 import tempfile
@@ -385,3 +394,162 @@ def test_refused_storm_goes_to_error_received(
     # Loosely: the kernel decides how many errors there are, the loop loses none
     # of those it sees (the stdlib loop reports about one per two sends here).
     assert got["errors"] >= expected["errors"] // 4, (got, expected)
+
+
+class FaultySocket(socket.socket):
+    """A UDP socket whose sends meet a storm of ENOBUFS and EAGAIN, by a seeded script.
+
+    Loopback cannot refuse a UDP datagram (see the module docstring), so the
+    kernel's refusals are played here, at the socket object the transport
+    calls: each ``send``/``sendto`` while the storm lasts draws one outcome
+    from the script (EAGAIN: nothing sent, try again when writable;
+    ENOBUFS: this datagram is refused for good; otherwise it really goes
+    out). What each datagram met is recorded, by its sequence number.
+    """
+
+    def storm(self, seed: int) -> None:
+        self.script: random.Random | None = random.Random(seed)
+        self.calls: list[tuple[int, str]] = []
+
+    def calm(self) -> None:
+        self.script = None
+
+    def _outcome(self, data: Any) -> None:
+        script = getattr(self, "script", None)
+        if script is None:
+            return
+        seq = HEADER.unpack_from(bytes(data))[0]
+        draw = script.random()
+        if draw < 0.3:
+            self.calls.append((seq, "EAGAIN"))
+            raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        if draw < 0.5:
+            self.calls.append((seq, "ENOBUFS"))
+            raise OSError(errno.ENOBUFS, os.strerror(errno.ENOBUFS))
+        self.calls.append((seq, "sent"))
+
+    def send(self, data: Any, flags: int = 0, /) -> int:
+        self._outcome(data)
+        return super().send(data, flags)
+
+    def sendto(self, data: Any, *args: Any) -> int:
+        self._outcome(data)
+        return super().sendto(data, *args)
+
+
+def expected_calls(seed: int, seqs: range) -> list[tuple[int, str]]:
+    """The calls the script must see: datagrams in order, each tried until sent or refused."""
+    script = random.Random(seed)
+    calls: list[tuple[int, str]] = []
+    for seq in seqs:
+        while True:
+            draw = script.random()
+            outcome = "EAGAIN" if draw < 0.3 else "ENOBUFS" if draw < 0.5 else "sent"
+            calls.append((seq, outcome))
+            if outcome != "EAGAIN":
+                break
+    return calls
+
+
+@pytest.mark.parametrize("connected", [True, False], ids=["connected", "unconnected"])
+def test_enobufs_and_eagain_storm_on_udp(
+    fault_loop: asyncio.AbstractEventLoop, fault_loop_name: str, connected: bool
+) -> None:
+    """asyncio's contract for a refused datagram, on UDP: ENOBUFS goes to
+    ``error_received`` and loses that datagram only; EAGAIN queues it, and it
+    is sent, in order, when the socket takes it; the endpoint stays open and
+    a close waits for the queue."""
+    if fault_loop_name == "uvloop":
+        pytest.skip("uvloop sends through libuv, not the socket object: no refusal to inject")
+    loop = fault_loop
+    n, burst, seed = 600, 40, 27
+    high, low = 6 * 1024, 2 * 1024
+    figures: dict[str, int] = {}
+    rsock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ssock = FaultySocket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    async def main() -> None:
+        rsock.bind(("127.0.0.1", 0))
+        ssock.bind(("127.0.0.1", 0))
+        raddr = rsock.getsockname()
+        if connected:
+            ssock.connect(raddr)
+        address = None if connected else raddr
+        receiver_t: Any
+        transport: Any
+        receiver_t, receiver = await loop.create_datagram_endpoint(
+            lambda: Endpoint(loop), sock=rsock
+        )
+        protos = [receiver]
+        try:
+            transport, sender = await loop.create_datagram_endpoint(
+                lambda: Endpoint(loop), sock=ssock
+            )
+            protos.append(sender)
+            transport.set_write_buffer_limits(high=high, low=low)
+            ssock.storm(seed)
+            max_buffered = 0
+
+            async def settled(deadline: float) -> None:
+                # Lockstep: every datagram not refused has arrived before the
+                # next burst, so the receiver's kernel buffer never drops one.
+                while transport.get_write_buffer_size() or len(receiver.datagrams) != sum(
+                    outcome == "sent" for _, outcome in ssock.calls
+                ):
+                    assert loop.time() < deadline, "the queue never drained"
+                    await asyncio.sleep(0.001)
+
+            for start in range(0, n, burst):
+                for seq in range(start, start + burst):
+                    await sender.can_write.wait()  # honour pause_writing
+                    transport.sendto(datagram(seq), address)
+                    max_buffered = max(max_buffered, transport.get_write_buffer_size())
+                await settled(loop.time() + 5)
+
+            calls = ssock.calls
+            assert calls == expected_calls(seed, range(n))
+            refused = [seq for seq, outcome in calls if outcome == "ENOBUFS"]
+            delivered = [seq for seq, outcome in calls if outcome == "sent"]
+            # Each refusal reached error_received once, as the kernel's OSError.
+            errors = [(type(e), getattr(e, "errno", None)) for e in sender.errors]
+            assert errors == [(OSError, errno.ENOBUFS)] * len(refused)
+            # Every other datagram arrived once, intact, in send order.
+            assert [check(data) for data, _ in receiver.datagrams] == delivered
+            assert not transport.is_closing()
+            assert_paired(sender.flow)
+            assert sender.flow, "never paused"
+            figures.update(
+                refused=len(refused),
+                eagain=sum(outcome == "EAGAIN" for _, outcome in calls),
+                max_buffered=max_buffered,
+                pauses=len(sender.flow) // 2,
+            )
+
+            # A close with datagrams queued (the storm goes on) sends them first.
+            receiver.datagrams.clear()
+            sender.errors.clear()
+            ssock.storm(seed + 1)
+            tail = range(n, n + burst)
+            for seq in tail:
+                transport.sendto(datagram(seq), address)
+            transport.close()
+            assert await asyncio.wait_for(sender.lost, 5) is None
+            assert ssock.calls == expected_calls(seed + 1, tail)
+            refused = [seq for seq, outcome in ssock.calls if outcome == "ENOBUFS"]
+            assert len(sender.errors) == len(refused)
+            await settled(loop.time() + 5)
+            assert [check(data) for data, _ in receiver.datagrams] == [
+                seq for seq in tail if seq not in refused
+            ]
+            receiver_t.close()
+            assert await receiver.lost is None
+        finally:
+            ssock.calm()
+            await abort_all(*protos)
+
+    try:
+        run(loop, main())
+    finally:
+        ssock.close()
+        rsock.close()
+    print(f"\n{loop.__class__.__module__}: {figures}")
