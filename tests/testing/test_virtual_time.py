@@ -6,6 +6,8 @@ import asyncio
 import concurrent.futures
 import math
 import queue
+import selectors
+import socket
 import sys
 import threading
 import time
@@ -313,6 +315,112 @@ def test_a_busy_thread_from_before_the_loop_is_watched_once_it_calls_in() -> Non
         finally:
             requests.put(None)
             thread.join()
+
+
+def _echo_server_thread(listener: socket.socket) -> None:
+    """A fixture's server thread: a selector over the listener and its clients."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(listener, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is listener:
+                    conn, _ = listener.accept()
+                    selector.register(conn, selectors.EVENT_READ)
+                    continue
+                data = sock.recv(65536)
+                if not data:
+                    selector.unregister(sock)
+                    sock.close()
+                elif data == b"stop\n":
+                    for other in list(selector.get_map().values()):
+                        if other.fileobj is not listener:
+                            selector.unregister(other.fileobj)
+                            other.fileobj.close()  # type: ignore[union-attr]
+                    return
+                else:
+                    sock.sendall(data)
+
+
+def _greeter_thread(listener: socket.socket, stop: threading.Event) -> None:
+    """A fixture's server thread blocked in accept(): greets each client."""
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            if stop.is_set():
+                return
+            conn.sendall(b"hello\n")
+
+
+def test_a_server_thread_in_select_is_not_jumped_past() -> None:
+    """A thread started before the loop, waiting in ``select`` (a fixture's
+    server): a request wakes it in the kernel while the loop's thread holds
+    the GIL, so its frame still shows the wait; virtual time must not jump
+    past its reply (the wait's fds are ready: it is about to act)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    thread = threading.Thread(target=_echo_server_thread, args=(listener,))
+    thread.start()
+
+    async def main() -> tuple[int, float]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        replies = 0
+        for i in range(100):
+            writer.write(b"%d\n" % i)
+            try:
+                if await asyncio.wait_for(reader.readline(), 1.0) == b"%d\n" % i:
+                    replies += 1
+            except TimeoutError:
+                break
+        writer.close()
+        await writer.wait_closed()
+        return replies, asyncio.get_running_loop().time()
+
+    try:
+        assert asyncio.run(main())[0] == 100
+        _until_idle(thread)
+        assert run(main()) == (100, 0.0)  # every reply, and time never moved
+    finally:
+        with socket.create_connection(("127.0.0.1", port)) as stop:
+            stop.sendall(b"stop\n")
+            thread.join()
+        listener.close()
+
+
+def test_a_server_thread_in_accept_is_not_jumped_past() -> None:
+    """A thread blocked in ``accept()``: the kernel hands it the connection
+    (nothing is left to poll) and it waits for the GIL, frame unchanged; the
+    watch leaves the GIL free for a moment before a jump, so its greeting
+    arrives before a timeout, as on the stdlib loop."""
+    rounds = 100
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+    thread = threading.Thread(target=_greeter_thread, args=(listener, stop))
+    thread.start()
+
+    async def main() -> tuple[int, float]:
+        greeted = 0
+        for _ in range(rounds):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                greeted += await asyncio.wait_for(reader.readline(), 1.0) == b"hello\n"
+            except TimeoutError:
+                pass
+            writer.close()
+            await writer.wait_closed()
+        return greeted, asyncio.get_running_loop().time()
+
+    try:
+        assert asyncio.run(main())[0] == rounds
+        _until_idle(thread)
+        assert run(main()) == (rounds, 0.0)
+    finally:
+        stop.set()
+        socket.create_connection(("127.0.0.1", port)).close()
+        thread.join()
+        listener.close()
 
 
 def test_real_loopback_io_under_virtual_time(poller: str) -> None:

@@ -27,6 +27,13 @@ Facts / what this means for us:
   condition's list) is busy, though its frame is still the wait's: it is
   only waiting for the GIL, and a jump now would pass the work it was
   just handed (a job put on an idle worker's queue).
+- The same holds for a thread in ``select`` or ``accept`` that the kernel
+  has woken (a request the loop just sent to a fixture's server thread):
+  its frame stays the wait's until the loop's thread lets go of the GIL.
+  A ``select`` leaves its fds ready (level-triggered), so a zero-timeout
+  poll(2) of them shows the wake (`_woken`); ``accept`` has already taken
+  the connection off the queue, so before a jump past such a thread the
+  watch leaves the GIL free for `SETTLE` real seconds and looks again.
 - A thread that is starting or ending (in ``Thread._bootstrap_inner``,
   outside its target) counts as busy: a new thread has its whole target
   ahead of it, and an ending one is gone a moment later.
@@ -50,6 +57,9 @@ Invariant: the watch only ever delays a jump; it never moves time.
 from __future__ import annotations
 
 import asyncio
+import select
+import selectors
+import socket
 import sys
 import threading
 from collections.abc import Set as AbstractSet
@@ -80,7 +90,8 @@ _IDLE_FRAMES: Final = frozenset(
 GRACE: Final = 1.0
 
 
-def _idle(frame: FrameType) -> bool:
+def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
+    """The frame a thread waits in, and its (file name, function name)."""
     code = frame.f_code
     if code.co_name == "wrapper" and code.co_filename.endswith("blockbuster.py"):
         # blockbuster (anyio's and aiohttp's suites run under it) wraps
@@ -91,7 +102,11 @@ def _idle(frame: FrameType) -> bool:
             frame, code = caller, caller.f_code
     name = code.co_filename
     slash = name.rfind("/")
-    where = (name[slash + 1 :], code.co_name)
+    return frame, (name[slash + 1 :], code.co_name)
+
+
+def _idle(frame: FrameType) -> bool:
+    frame, where = _where(frame)
     if where not in _IDLE_FRAMES:
         return False
     if where == ("threading.py", "wait"):
@@ -108,6 +123,77 @@ def _idle(frame: FrameType) -> bool:
         waiters = getattr(condition, "_waiters", None)
         return waiter is None or waiters is None or waiter in waiters
     return True
+
+
+#: poll(2) events that mean a waiting thread's call returns now (POLLNVAL,
+#: an fd closed under it, does not: its owner closed it and moved on).
+_WAKES: Final = select.POLLIN | select.POLLPRI | select.POLLOUT | select.POLLERR | select.POLLHUP
+
+
+def _woken(frame: FrameType) -> bool:
+    """Is a thread idle in ``select`` or ``accept`` already woken by its fds?
+
+    The kernel wakes such a thread the moment data arrives (a request the
+    loop just sent to a fixture's server thread), but its innermost frame
+    stays the wait's until it has the GIL again, which the loop's thread
+    holds: without this look at the fds themselves the clock would jump
+    past the reply it is about to send. A zero-timeout poll(2) of the same
+    fds answers without consuming anything (level-triggered, as selectors
+    and accept are).
+    """
+    frame, where = _where(frame)
+    local = frame.f_locals
+    interest: dict[int, int] = {}
+    if where in (("selectors.py", "select"), ("socketserver.py", "serve_forever")):
+        selector = local.get("self") if where[0] == "selectors.py" else local.get("selector")
+        if isinstance(selector, selectors.BaseSelector):
+            try:
+                keys = list(selector.get_map().values())
+            except (RuntimeError, ValueError):  # changed under us, or closed
+                return False
+            for key in keys:
+                mask = 0
+                if key.events & selectors.EVENT_READ:
+                    mask |= select.POLLIN | select.POLLPRI
+                if key.events & selectors.EVENT_WRITE:
+                    mask |= select.POLLOUT
+                interest[key.fd] = interest.get(key.fd, 0) | mask
+    elif where == ("socket.py", "accept"):
+        sock = local.get("self")
+        if isinstance(sock, socket.socket) and (fd := sock.fileno()) >= 0:
+            interest[fd] = select.POLLIN
+    if not interest:
+        return False
+    poller = select.poll()
+    for fd, mask in interest.items():
+        poller.register(fd, mask)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return False
+    return any(ev & _WAKES and not ev & select.POLLNVAL for _, ev in events)
+
+
+def _consumes_its_wake(frame: FrameType) -> bool:
+    """Does this idle thread's wait leave no trace once it is woken?
+
+    ``accept`` takes the connection off the queue in the kernel, then waits
+    for the GIL with the frame unchanged: nothing left to poll shows that it
+    is about to act. Before a jump past such a thread the watch leaves the
+    GIL free for `SETTLE` real seconds and looks again.
+    """
+    return _where(frame)[1] == ("socket.py", "accept")
+
+
+#: Real seconds the GIL is left free before a jump past a thread in ``accept``.
+SETTLE: Final = 0.002
+
+
+def _pause() -> None:
+    # poll(2) of nothing rather than time.sleep: the same pause, and not a
+    # call blockbuster reports on a loop's thread. A poll object of its own:
+    # two loops' threads may pause at once.
+    select.poll().poll(SETTLE * 1000)
 
 
 def runner_threads() -> set[int]:
@@ -158,6 +244,17 @@ class ThreadWatch:
         self._ignored: set[int] = set()
 
     def __call__(self) -> bool:
+        busy, unsure = self._scan()
+        if unsure and not busy:
+            # A thread that has its connection but not the GIL yet would be
+            # jumped past: leave the GIL free for a real slice, in which it
+            # takes it and runs, then look again.
+            _pause()
+            busy = self._scan()[0]
+        return busy
+
+    def _scan(self) -> tuple[bool, bool]:
+        """(a thread is busy, a thread's idle wait may hide a wake-up)."""
         # (No cheaper pre-check: threading's count misses threads started
         # with _thread, which the baseline has; this runs once per jump.)
         baseline = self._baseline
@@ -165,15 +262,16 @@ class ThreadWatch:
         busy_since = self._busy_since
         ignored = self._ignored
         now = _real_clock()
-        busy = False
+        busy = unsure = False
         seen: set[int] = set()
         for ident, frame in sys._current_frames().items():
             if ident == me or ident in baseline:
                 continue
             seen.add(ident)
-            if _idle(frame):
+            if _idle(frame) and not _woken(frame):
                 busy_since.pop(ident, None)
                 ignored.discard(ident)
+                unsure = unsure or _consumes_its_wake(frame)
                 continue
             if ident in ignored:
                 continue
@@ -187,4 +285,4 @@ class ThreadWatch:
             if ident not in seen:
                 del busy_since[ident]
         ignored &= seen
-        return busy
+        return busy, unsure
