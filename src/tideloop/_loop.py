@@ -47,7 +47,9 @@ method of `asyncio.AbstractEventLoop` is provided.
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import Callable
+from typing import cast
 
 from ._core.clock import Clock, MonotonicClock
 from ._core.handles import Handle, ReadyQueue
@@ -133,8 +135,39 @@ class Loop(
         self._own(self._listeners)
         self._children = ChildWatcher(self, fds)
         self._own(self._children)
+        self._own(_LetGo(self, self._resolver, self._signals, self._children))
         if network is not None:
             network.attach(self)
+
+
+class _LetGo:
+    """When a loop closes, its components' references to it become weak.
+
+    The resolver and the signal and child watchers point back at the loop,
+    a cycle that only the cyclic collector frees. A closed asyncio loop is
+    freed by reference counting the moment its last user lets go; code
+    counts on it (anyio's test_asyncio_run_does_not_leak_event_loop: its
+    worker thread lets go of the loop just after the run, maybe after the
+    test's ``gc.collect()``). Through a weak proxy the components answer
+    anything still called on the closed loop as before ("Event loop is
+    closed"), and close themselves after it (the loop is alive while it
+    closes). The proxy is made now: holding the loop would be a cycle too.
+    """
+
+    __slots__ = ("_children", "_proxy", "_resolver", "_signals")
+
+    def __init__(
+        self, loop: Loop, resolver: Resolver, signals: SignalWatcher, children: ChildWatcher
+    ) -> None:
+        self._proxy = cast(Loop, weakref.proxy(loop))
+        self._resolver = resolver
+        self._signals = signals
+        self._children = children
+
+    def close(self) -> None:
+        self._resolver._loop = self._proxy
+        self._signals._loop = self._proxy
+        self._children._loop = self._proxy
 
 
 def new_event_loop(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 
 import pytest
+
+from loopwatch import FACTORIES
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -213,6 +217,54 @@ def test_unclosed_loop_warns(loop_factory: LoopFactory) -> None:
     with pytest.warns(ResourceWarning, match="unclosed event loop"):
         del lp
         gc.collect()
+
+
+def test_a_closed_loop_is_freed_without_the_cyclic_collector(loop_name: str) -> None:
+    """Once its last user lets go, a closed loop is freed by reference counting
+    alone, as asyncio's is: code that drops its last reference late (anyio's
+    worker thread, after the run) and then collects, or checks a weakref
+    without collecting, sees it gone."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, int)
+        await loop.getaddrinfo("127.0.0.1", 80)
+        if threading.current_thread() is threading.main_thread():
+            loop.add_signal_handler(signal.SIGUSR1, int)
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(await reader.read())
+            writer.close()
+            await writer.wait_closed()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        writer.write(b"ping")
+        writer.write_eof()
+        assert await reader.read() == b"ping"
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        await asyncio.wait_for(asyncio.sleep(0.001), 1)
+
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        loop = FACTORIES[loop_name]()
+        try:
+            loop.run_until_complete(main())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+        ref = weakref.ref(loop)
+        del loop
+        assert ref() is None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_repr(loop: asyncio.AbstractEventLoop) -> None:
