@@ -24,7 +24,10 @@ What it measures, for each race and each strategy:
 - **ms per schedule**: the searches' wall time over the schedules they ran.
 - tideloop: the first failure of each strategy **shrunk** (deviations before
   and after, and the runs it took) and its tape **replayed** ``--replays``
-  times (how many replays failed).
+  times (how many replays failed). simloom: its random walk's first failure
+  shrunk by ``simloom.shrink`` (its default budget of 1500 runs; deviations
+  from FIFO before and after, candidate runs) and the shrunk universe
+  replayed ``--replays`` times.
 - the **control**: tideloop runs 1000 random, 200 PCT and up to 2000
   systematic schedules (bound 2); simloom 200 random-walk and 200 PCT
   schedules and up to ``--limit`` systematic ones. Any failure is a false
@@ -93,6 +96,8 @@ TIDELOOP_STRATEGIES = ("random", "pct", "systematic")
 #: simloom's schedulers, by the names this report gives them.
 SIMLOOM_SCHEDULERS = {"random": "random", "pct": "pct:auto"}
 SIMLOOM_MAX_STEPS = 20_000
+#: simloom.shrink's own default budget of candidate runs.
+SIMLOOM_SHRINK_RUNS = 1500
 #: `explore`'s limit on a run, in seconds of loop time, on the real clock. Under
 #: virtual time the default (a week) is kept: `timers_at_the_same_instant`
 #: sleeps 30 virtual seconds, so a 10 s limit fails every schedule (`RunTimeout`).
@@ -475,6 +480,54 @@ def simloom_section(args: argparse.Namespace, races: ModuleType) -> Iterator[tup
             else {f"{outcome[0]}: {outcome[1]}": 1},
         }
 
+    def shrink(main: Any, search: JSONDict, label: str) -> JSONDict:
+        """simloom.shrink on the random walk's first failure, then its replays."""
+        if not args.shrink or "unsupported" in search:
+            return {"found": False}
+        first = next(
+            ((b, c) for b, c in zip(search["bases"], search["counts"], strict=True) if c), None
+        )
+        if first is None:
+            return {"found": False}
+        seed = first[0] + first[1] - 1
+        with errors.watch():
+            failure = simloom.run(
+                main,
+                seed=seed,
+                scheduler="random",
+                raise_on_error=False,
+                max_steps_per_instant=SIMLOOM_MAX_STEPS,
+            )
+            if type(failure.error) is not AssertionError:  # a real thread's timing
+                return {"found": False, "seed": seed}
+            shrunk = simloom.shrink(
+                main, failure, max_runs=SIMLOOM_SHRINK_RUNS, max_steps_per_instant=SIMLOOM_MAX_STEPS
+            )
+            failed = 0
+            for _ in range(args.replays):
+                again = simloom.replay(
+                    main,
+                    tape=shrunk.result,
+                    raise_on_error=False,
+                    max_steps_per_instant=SIMLOOM_MAX_STEPS,
+                )
+                failed += type(again.error) is AssertionError
+        result: JSONDict = {
+            "found": True,
+            "seed": seed,
+            "deviations_before": shrunk.initial_deviations,
+            "deviations_after": shrunk.deviations,
+            "shrink_runs": shrunk.runs_used,
+            "words": shrunk.describe(),
+            "replays": args.replays,
+            "replays_failed": failed,
+        }
+        _progress(
+            f"simloom {label} shrink: {shrunk.initial_deviations} -> {shrunk.deviations} "
+            f"in {shrunk.runs_used} runs; replays failing {failed}/{args.replays}"
+        )
+        return result
+
     def strategies(main: Any, label: str) -> JSONDict:
         found: JSONDict = {}
         for name in SIMLOOM_SCHEDULERS:
@@ -492,18 +545,22 @@ def simloom_section(args: argparse.Namespace, races: ModuleType) -> Iterator[tup
         return found
 
     for planted in selected(races.RACES, args.only):
+        main = simloom_main(planted.race, zero_latency=False)
         entry: JSONDict = {
             "kind": planted.kind,
             "virtual_time": planted.virtual_time,
-            "strategies": strategies(simloom_main(planted.race, zero_latency=False), planted.name),
+            "strategies": strategies(main, planted.name),
         }
+        entry["shrink"] = shrink(main, entry["strategies"]["random"], planted.name)
         if planted.name == "two_clients_in_order":
-            entry["adapted"] = {
+            main = simloom_main(planted.race, zero_latency=True)
+            label = planted.name + " (latency 0)"
+            adapted: JSONDict = {
                 "how": "link latency 0 (world.net.set_latency(0, 0))",
-                "strategies": strategies(
-                    simloom_main(planted.race, zero_latency=True), planted.name + " (latency 0)"
-                ),
+                "strategies": strategies(main, label),
             }
+            adapted["shrink"] = shrink(main, adapted["strategies"]["random"], label)
+            entry["adapted"] = adapted
         entry["unraisable_so_far"] = errors.unraisable
         yield planted.name, entry
     if args.control:
@@ -701,6 +758,12 @@ class Notes:
         return f" [{self.texts.index(text) + 1}]"
 
 
+def _shrink_cell(shrink: JSONDict) -> str:
+    if not shrink.get("found"):
+        return "-"
+    return f"{shrink['deviations_before']} -> {shrink['deviations_after']}, {shrink['shrink_runs']}"
+
+
 def _ms(search: JSONDict | None) -> str:
     return "-" if search is None else f"{search['ms_per_schedule']:.1f}"
 
@@ -746,6 +809,8 @@ def markdown(everything: JSONDict) -> str:
         "simloom PCT: median, worst",
         "simloom systematic",
         "simloom ms/schedule r / p",
+        "simloom shrink (random's failure): deviations, runs",
+        "simloom replays failing",
         "seedloop: median, worst",
     ]
     lines = [
@@ -759,20 +824,17 @@ def markdown(everything: JSONDict) -> str:
         s_entry = sim.get("races", {}).get(name, {})
         ss = s_entry.get("strategies", {})
         adapted = s_entry.get("adapted")
+        s_shrink = s_entry.get("shrink", {})
         if adapted and "unsupported" in ss.get("random", {}):
             reason = ss["random"]["unsupported"]
             note = f"simloom's default run: {reason}; shown: {adapted['how']}"
             ss = adapted["strategies"]
+            s_shrink = adapted.get("shrink", {})
         else:
             note = ""
         shrink = t.get("shrink", {})
         random_shrink = shrink.get("random", {})
-        shrink_text = (
-            f"{random_shrink['deviations_before']} -> {random_shrink['deviations_after']}, "
-            f"{random_shrink['shrink_runs']}"
-            if random_shrink.get("found")
-            else "-"
-        )
+        shrink_text = _shrink_cell(random_shrink)
         replay_total = sum(v.get("replays", 0) for v in shrink.values() if v.get("found"))
         replay_failed = sum(v.get("replays_failed", 0) for v in shrink.values() if v.get("found"))
         kind = t.get("kind") or s_entry.get("kind", "")
@@ -793,6 +855,8 @@ def markdown(everything: JSONDict) -> str:
             _cell_search(ss.get("pct"), notes, "simloom", note) if ss else "-",
             _cell_search(ss.get("systematic"), notes, "simloom", note) if ss else "-",
             f"{_ms(ss.get('random'))} / {_ms(ss.get('pct'))}" if ss else "-",
+            _shrink_cell(s_shrink),
+            f"{s_shrink['replays_failed']}/{s_shrink['replays']}" if s_shrink.get("found") else "-",
             _cell_search(
                 seed.get("races", {}).get(name, {}).get("strategies", {}).get("seeds"),
                 notes,
@@ -836,6 +900,8 @@ def markdown(everything: JSONDict) -> str:
         " / ".join(
             f"{sc[k]['ms_per_schedule']:.1f}" if k in sc else "-" for k in ("random", "pct")
         ),
+        "-",
+        "-",
         seed_text,
     ]
     lines.append("| " + " | ".join(control_row) + " |")
@@ -849,7 +915,10 @@ def markdown(everything: JSONDict) -> str:
         "ms/schedule: wall time of the searches over the schedules they ran. "
         "Shrink: the random strategy's first failure, deviations before -> after, runs; "
         "replays: the shrunk tapes of all three strategies, each replayed "
-        f"{_replays(tide)} times. Made by `python -m bench.races` (bench/README.md).",
+        f"{_replays(tide)} times. simloom shrink: `simloom.shrink` (its default budget, "
+        "1500 runs) on its random walk's first failure, deviations from FIFO before -> "
+        "after, candidate runs; its shrunk tape replayed "
+        f"{_replays(sim)} times. Made by `python -m bench.races` (bench/README.md).",
         "",
         *lines,
         "",
@@ -889,8 +958,10 @@ SETUP = (
 
 def _replays(section: JSONDict) -> str:
     for race in section.get("races", {}).values():
-        for shrink in race.get("shrink", {}).values():
-            if shrink.get("found"):
+        shrinks = race.get("shrink", {})
+        # tideloop's: one per strategy; simloom's: the random walk's alone.
+        for shrink in shrinks.values() if "found" not in shrinks else [shrinks]:
+            if isinstance(shrink, dict) and shrink.get("found"):
                 return str(shrink["replays"])
     return "N"
 
