@@ -18,7 +18,7 @@ import tideloop
 from tideloop import testing
 from tideloop._pollers import available
 from tideloop.testing import VirtualClock
-from tideloop.testing._threads import _idle
+from tideloop.testing._threads import _idle, _woken
 
 
 def _until_idle(thread: threading.Thread) -> None:
@@ -386,6 +386,35 @@ def test_a_server_thread_in_select_is_not_jumped_past() -> None:
             stop.sendall(b"stop\n")
             thread.join()
         listener.close()
+
+
+def test_a_wait_in_select_is_woken_while_its_fds_are_ready() -> None:
+    """The watch's look at a selector a thread waits in: ready fds mean it is
+    about to act; none, or a selector closed under it, mean it is idle."""
+    selector = selectors.DefaultSelector()
+    a, b = socket.socketpair()
+    selector.register(a, selectors.EVENT_READ)
+
+    def wait() -> None:
+        selector.select(5.0)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    try:
+        _until_idle(thread)
+        frame = sys._current_frames()[thread.ident or 0]
+        assert not _woken(frame)
+        b.send(b"x")
+        assert _woken(frame)  # the frame's selector has a readable fd
+        thread.join()
+        selector.close()
+        assert not _woken(frame)  # no map any more: idle, not an error
+    finally:
+        b.send(b"x")
+        thread.join()
+        a.close()
+        b.close()
+        selector.close()
 
 
 def test_a_server_thread_in_accept_is_not_jumped_past() -> None:

@@ -62,10 +62,11 @@ import selectors
 import socket
 import sys
 import threading
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
 from types import FrameType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from tideloop._core.run import CoreLoop
@@ -142,14 +143,18 @@ def _woken(frame: FrameType) -> bool:
     and accept are).
     """
     frame, where = _where(frame)
-    local = frame.f_locals
     interest: dict[int, int] = {}
     if where in (("selectors.py", "select"), ("socketserver.py", "serve_forever")):
+        local = frame.f_locals
         selector = local.get("self") if where[0] == "selectors.py" else local.get("selector")
         if isinstance(selector, selectors.BaseSelector):
+            # None once closed, whatever typeshed says.
+            mapping: Mapping[Any, selectors.SelectorKey] | None = selector.get_map()
+            if mapping is None:
+                return False
             try:
-                keys = list(selector.get_map().values())
-            except (RuntimeError, ValueError):  # changed under us, or closed
+                keys = list(mapping.values())
+            except RuntimeError:  # changed under us
                 return False
             for key in keys:
                 mask = 0
@@ -159,7 +164,7 @@ def _woken(frame: FrameType) -> bool:
                     mask |= select.POLLOUT
                 interest[key.fd] = interest.get(key.fd, 0) | mask
     elif where == ("socket.py", "accept"):
-        sock = local.get("self")
+        sock = frame.f_locals.get("self")
         if isinstance(sock, socket.socket) and (fd := sock.fileno()) >= 0:
             interest[fd] = select.POLLIN
     if not interest:
