@@ -551,7 +551,8 @@ def simloom_section(args: argparse.Namespace, races: ModuleType) -> Iterator[tup
             "virtual_time": planted.virtual_time,
             "strategies": strategies(main, planted.name),
         }
-        entry["shrink"] = shrink(main, entry["strategies"]["random"], planted.name)
+        # Keyed by strategy, as tideloop's: simloom's random walk's alone.
+        entry["shrink"] = {"random": shrink(main, entry["strategies"]["random"], planted.name)}
         if planted.name == "two_clients_in_order":
             main = simloom_main(planted.race, zero_latency=True)
             label = planted.name + " (latency 0)"
@@ -559,7 +560,7 @@ def simloom_section(args: argparse.Namespace, races: ModuleType) -> Iterator[tup
                 "how": "link latency 0 (world.net.set_latency(0, 0))",
                 "strategies": strategies(main, label),
             }
-            adapted["shrink"] = shrink(main, adapted["strategies"]["random"], label)
+            adapted["shrink"] = {"random": shrink(main, adapted["strategies"]["random"], label)}
             entry["adapted"] = adapted
         entry["unraisable_so_far"] = errors.unraisable
         yield planted.name, entry
@@ -758,10 +759,20 @@ class Notes:
         return f" [{self.texts.index(text) + 1}]"
 
 
-def _shrink_cell(shrink: JSONDict) -> str:
+def _shrink_cell(shrinks: JSONDict) -> str:
+    """The random strategy's shrink: deviations before -> after, runs."""
+    shrink = shrinks.get("random", {})
     if not shrink.get("found"):
         return "-"
     return f"{shrink['deviations_before']} -> {shrink['deviations_after']}, {shrink['shrink_runs']}"
+
+
+def _replays_cell(shrinks: JSONDict) -> str:
+    """Failing replays of every strategy's shrunk tape, over all of them."""
+    found = [v for v in shrinks.values() if v.get("found")]
+    if not found:
+        return "-"
+    return f"{sum(v['replays_failed'] for v in found)}/{sum(v['replays'] for v in found)}"
 
 
 def _ms(search: JSONDict | None) -> str:
@@ -833,10 +844,6 @@ def markdown(everything: JSONDict) -> str:
         else:
             note = ""
         shrink = t.get("shrink", {})
-        random_shrink = shrink.get("random", {})
-        shrink_text = _shrink_cell(random_shrink)
-        replay_total = sum(v.get("replays", 0) for v in shrink.values() if v.get("found"))
-        replay_failed = sum(v.get("replays_failed", 0) for v in shrink.values() if v.get("found"))
         kind = t.get("kind") or s_entry.get("kind", "")
         row = [
             f"`{name}`",
@@ -849,14 +856,14 @@ def markdown(everything: JSONDict) -> str:
                 _ms(s.get("races", {}).get(name, {}).get("strategies", {}).get("random"))
                 for _, s in other_tide
             ],
-            shrink_text,
-            f"{replay_failed}/{replay_total}" if replay_total else "-",
+            _shrink_cell(shrink),
+            _replays_cell(shrink),
             _cell_search(ss.get("random"), notes, "simloom", note) if ss else "-",
             _cell_search(ss.get("pct"), notes, "simloom", note) if ss else "-",
             _cell_search(ss.get("systematic"), notes, "simloom", note) if ss else "-",
             f"{_ms(ss.get('random'))} / {_ms(ss.get('pct'))}" if ss else "-",
             _shrink_cell(s_shrink),
-            f"{s_shrink['replays_failed']}/{s_shrink['replays']}" if s_shrink.get("found") else "-",
+            _replays_cell(s_shrink),
             _cell_search(
                 seed.get("races", {}).get(name, {}).get("strategies", {}).get("seeds"),
                 notes,
@@ -958,10 +965,8 @@ SETUP = (
 
 def _replays(section: JSONDict) -> str:
     for race in section.get("races", {}).values():
-        shrinks = race.get("shrink", {})
-        # tideloop's: one per strategy; simloom's: the random walk's alone.
-        for shrink in shrinks.values() if "found" not in shrinks else [shrinks]:
-            if isinstance(shrink, dict) and shrink.get("found"):
+        for shrink in race.get("shrink", {}).values():
+            if shrink.get("found"):
                 return str(shrink["replays"])
     return "N"
 
