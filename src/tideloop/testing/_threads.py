@@ -107,7 +107,10 @@ def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
 
 
 def _idle(frame: FrameType) -> bool:
-    frame, where = _where(frame)
+    return _idle_at(*_where(frame))
+
+
+def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
     if where not in _IDLE_FRAMES:
         return False
     if where == ("threading.py", "wait"):
@@ -126,12 +129,23 @@ def _idle(frame: FrameType) -> bool:
     return True
 
 
+#: The one wait that leaves no trace once woken: ``accept`` takes the
+#: connection off the queue in the kernel, then waits for the GIL with the
+#: frame unchanged, so nothing left to poll shows that it is about to act.
+#: Before a jump past such a thread the watch leaves the GIL free for
+#: `SETTLE` real seconds and looks again.
+_ACCEPT: Final = ("socket.py", "accept")
+
 #: poll(2) events that mean a waiting thread's call returns now (POLLNVAL,
 #: an fd closed under it, does not: its owner closed it and moved on).
 _WAKES: Final = select.POLLIN | select.POLLPRI | select.POLLOUT | select.POLLERR | select.POLLHUP
 
 
 def _woken(frame: FrameType) -> bool:
+    return _woken_at(*_where(frame))
+
+
+def _woken_at(frame: FrameType, where: tuple[str, str]) -> bool:
     """Is a thread idle in ``select`` or ``accept`` already woken by its fds?
 
     The kernel wakes such a thread the moment data arrives (a request the
@@ -142,7 +156,6 @@ def _woken(frame: FrameType) -> bool:
     fds answers without consuming anything (level-triggered, as selectors
     and accept are).
     """
-    frame, where = _where(frame)
     interest: dict[int, int] = {}
     if where in (("selectors.py", "select"), ("socketserver.py", "serve_forever")):
         local = frame.f_locals
@@ -163,7 +176,7 @@ def _woken(frame: FrameType) -> bool:
                 if key.events & selectors.EVENT_WRITE:
                     mask |= select.POLLOUT
                 interest[key.fd] = interest.get(key.fd, 0) | mask
-    elif where == ("socket.py", "accept"):
+    elif where == _ACCEPT:
         sock = frame.f_locals.get("self")
         if isinstance(sock, socket.socket) and (fd := sock.fileno()) >= 0:
             interest[fd] = select.POLLIN
@@ -177,17 +190,6 @@ def _woken(frame: FrameType) -> bool:
     except OSError:
         return False
     return any(ev & _WAKES and not ev & select.POLLNVAL for _, ev in events)
-
-
-def _consumes_its_wake(frame: FrameType) -> bool:
-    """Does this idle thread's wait leave no trace once it is woken?
-
-    ``accept`` takes the connection off the queue in the kernel, then waits
-    for the GIL with the frame unchanged: nothing left to poll shows that it
-    is about to act. Before a jump past such a thread the watch leaves the
-    GIL free for `SETTLE` real seconds and looks again.
-    """
-    return _where(frame)[1] == ("socket.py", "accept")
 
 
 #: Real seconds the GIL is left free before a jump past a thread in ``accept``.
@@ -269,14 +271,15 @@ class ThreadWatch:
         now = _real_clock()
         busy = unsure = False
         seen: set[int] = set()
-        for ident, frame in sys._current_frames().items():
+        for ident, innermost in sys._current_frames().items():
             if ident == me or ident in baseline:
                 continue
             seen.add(ident)
-            if _idle(frame) and not _woken(frame):
+            frame, where = _where(innermost)
+            if _idle_at(frame, where) and not _woken_at(frame, where):
                 busy_since.pop(ident, None)
                 ignored.discard(ident)
-                unsure = unsure or _consumes_its_wake(frame)
+                unsure = unsure or where == _ACCEPT
                 continue
             if ident in ignored:
                 continue
