@@ -6,9 +6,12 @@ Layer: top. ``docs/architecture.md`` is the map; in short:
 handed to whoever uses it (no component reaches into the Loop):
 
     clock       _core/clock.py        where time comes from (injected: virtual time)
-    schedule    _core/run.py          optional: decides the orderings asyncio leaves open
+    schedule    _core/interfaces.py   optional: decides the orderings asyncio leaves open
                                       (tideloop.testing's seeded perturbation); given to
                                       the core only
+    supervisor  _core/interfaces.py   optional: watches a virtual-time run (busy threads,
+                                      deadlocks: tideloop.testing); given to the core, and
+                                      bound to a read-only `LoopView` of the loop built here
     fds         _fdio/registry.py     FdRegistry: the poller's interest set, fd -> reader/
                                       writer handles, fd -> transport; the core's IoSource
     resolver    _fdio/dns.py          Resolver: literal-address fast path, getaddrinfo
@@ -37,8 +40,9 @@ exactly this list (a test checks it):
     SockMethods                   _fdio/sock.py          sock_recv, sock_sendall, sock_connect, ...
     DnsMethods                    _fdio/dns.py           getaddrinfo, getnameinfo
     FdMethods                     _fdio/registry.py      add_reader, remove_reader, ...
-    CoreLoop                      _core/run.py           scheduling, run loop, lifecycle, errors,
-                                                         debug, threads, executor, async generators
+    CoreLoop                      _core/coreloop.py      scheduling, the run phase, lifecycle,
+                                                         debug; delegates to the executor, async
+                                                         generator, error and metrics components
 
 `CoreLoop` is the only class besides `Loop` with an ``__init__``. Every
 method of `asyncio.AbstractEventLoop` is provided.
@@ -46,14 +50,16 @@ method of `asyncio.AbstractEventLoop` is provided.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import weakref
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from ._core.clock import Clock, MonotonicClock
+from ._core.coreloop import CoreLoop
 from ._core.handles import Handle, ReadyQueue
-from ._core.run import CoreLoop, Schedule
+from ._core.interfaces import Schedule, Supervisor
 from ._fdio.dns import DnsMethods, Resolver
 from ._fdio.network import Network
 from ._fdio.registry import FdMethods, FdRegistry
@@ -91,12 +97,13 @@ class Loop(
     *poller* picks the readiness mechanism: ``"epoll"``, ``"kqueue"``,
     ``"poll"``, a `Poller` instance, or None for the platform's best.
     *clock* supplies time (see ``tideloop._core.clock``); None means real
-    monotonic time. *schedule* (see ``tideloop._core.run.Schedule``; e.g.
+    monotonic time. *schedule* (see ``tideloop._core.coreloop.Schedule``; e.g.
     ``tideloop.testing.Perturber``) varies the orderings asyncio leaves open;
     None means tideloop's fixed order. *network* (see
     ``tideloop._fdio.network``; e.g. ``tideloop.testing.SimNetwork``)
     supplies the sockets the loop creates, names and readiness; None means
-    the kernel's.
+    the kernel's. *supervisor* (see ``tideloop._core.interfaces.Supervisor``)
+    watches a virtual-time run: busy threads, deadlocks; None means none.
     """
 
     def __init__(
@@ -106,6 +113,7 @@ class Loop(
         clock: Clock | None = None,
         schedule: Schedule | None = None,
         network: Network | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         ready: ReadyQueue = collections.deque()
         kernel_poller = make_poller(poller)
@@ -119,6 +127,7 @@ class Loop(
                 io=fds,
                 clock=MonotonicClock() if clock is None else clock,
                 schedule=schedule,
+                supervisor=supervisor,
             )
         except BaseException:
             fds.close()
@@ -138,6 +147,56 @@ class Loop(
         self._own(_LetGo(self, self._resolver, self._signals, self._children))
         if network is not None:
             network.attach(self)
+        if supervisor is not None:
+            supervisor.bind(_View(self))
+
+    @property
+    def network(self) -> Network | None:
+        """The `Network` this loop was built with (``Loop(network=...)``), or None."""
+        return self._network
+
+
+class _View:
+    """A read-only look at a loop for its `Supervisor` (``interfaces.LoopView``).
+
+    Built here, at the top, because it reads components of several layers
+    (the fd registry, the signal watcher, the executor). It holds the loop
+    weakly: the supervisor is reachable from the loop (the core's seams),
+    and a closed loop must be freed by reference counting alone.
+    """
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: Loop) -> None:
+        self._loop = weakref.ref(loop)
+
+    def _get(self) -> Loop:
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("the loop is gone")
+        return loop
+
+    def time(self) -> float:
+        return self._get().time()
+
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        return {t for t in asyncio.all_tasks(self._get()) if not t.done()}
+
+    def watched_fds(self) -> set[int]:
+        loop = self._get()
+        fds = loop._fds
+        own = {loop._waker.fileno(), loop._signals.pipe_fd}
+        return {fd for fd in fds.readers.keys() | fds.writers.keys() if fd not in own}
+
+    def signals(self) -> set[int]:
+        return set(self._get()._signals.handlers)
+
+    def executor_threads(self) -> set[int]:
+        executor = self._get()._jobs.default
+        return {t.ident for t in getattr(executor, "_threads", ()) if t.ident is not None}
+
+    def pending_thread_jobs(self) -> int:
+        return self._get()._jobs.pending
 
 
 class _LetGo:
@@ -176,9 +235,12 @@ def new_event_loop(
     clock: Clock | None = None,
     schedule: Schedule | None = None,
     network: Network | None = None,
+    supervisor: Supervisor | None = None,
 ) -> Loop:
     """Create a new tideloop event loop (usable as asyncio's ``loop_factory``)."""
-    loop = Loop(poller=poller, clock=clock, schedule=schedule, network=network)
+    loop = Loop(
+        poller=poller, clock=clock, schedule=schedule, network=network, supervisor=supervisor
+    )
     for observe in NEW_LOOP_OBSERVERS:
         observe(loop)
     return loop

@@ -40,12 +40,13 @@ import sys
 import warnings
 from collections.abc import Callable
 from types import FrameType
-from typing import TypeVarTuple, Unpack
+from typing import Protocol, TypeVarTuple, Unpack
 
+from ._core.coreloop import CoreLoop
 from ._core.debug import is_coroutine_function
 from ._core.errors import logger
 from ._core.handles import Handle
-from ._core.run import CoreLoop
+from ._core.interfaces import LoopServices
 from ._fdio.registry import FdRegistry
 
 _Ts = TypeVarTuple("_Ts")
@@ -70,12 +71,19 @@ def check_signal(sig: int) -> None:
         raise ValueError(f"invalid signal number {sig}")
 
 
+class SignalOwner(LoopServices, Protocol):
+    """What the signal watcher needs of its loop: asyncio's way to queue a
+    signal's handle (append to the ready queue, then wake the loop)."""
+
+    def _add_callback_signalsafe(self, handle: asyncio.Handle) -> None: ...
+
+
 class SignalWatcher:
     """The loop's signal handlers and the wakeup pipe that delivers them."""
 
     __slots__ = ("_fds", "_loop", "_saved_wakeup_fd", "_sig_rfd", "_sig_wfd", "handlers")
 
-    def __init__(self, loop: CoreLoop, fds: FdRegistry) -> None:
+    def __init__(self, loop: SignalOwner, fds: FdRegistry) -> None:
         self._loop = loop
         self._fds = fds
         self.handlers: dict[int, asyncio.Handle] = {}
@@ -83,6 +91,11 @@ class SignalWatcher:
         self._sig_wfd = -1
         # The wakeup fd that was installed before ours; None while ours isn't.
         self._saved_wakeup_fd: int | None = None
+
+    @property
+    def pipe_fd(self) -> int:
+        """The read end of the wakeup pipe the loop watches (-1 while there is none)."""
+        return self._sig_rfd
 
     def add(self, sig: int, handle: asyncio.Handle) -> None:
         self._open_signal_pipe()

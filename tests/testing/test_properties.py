@@ -44,7 +44,7 @@ def test_always_holds_then_stops_checking() -> None:
     async def main() -> tuple[dict[str, int], bool]:
         accounts = await transfers(atomic=True)
         # With its last check gone the loop is back on its fast path.
-        return accounts, asyncio.get_running_loop()._timed  # type: ignore[attr-defined]
+        return accounts, asyncio.get_running_loop()._instruments.timed  # type: ignore[attr-defined]
 
     accounts, timed = testing.run(main(), virtual_time=True)
     assert accounts == {"a": 44, "b": 56} and timed is False

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import tideloop
-from tideloop._core.run import MAX_POLL_TIMEOUT
+from tideloop._core.coreloop import MAX_POLL_TIMEOUT
 from tideloop._pollers import READ, WRITE
 
 from fakes import FakePoller, ManualClock, fake_loop

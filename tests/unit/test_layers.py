@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import tideloop
-from tideloop._core.run import CoreLoop
+from tideloop._core.coreloop import CoreLoop
 
 SRC = Path(tideloop.__file__).parent
 
@@ -147,8 +147,16 @@ def source_of(cls: type, method: str | None = None) -> str:
 
 
 def core_instance_attributes() -> set[str]:
-    tree = ast.parse(textwrap.dedent(source_of(CoreLoop, "__init__")))
-    return {name for name, _, store in self_attributes(tree) if store}
+    # __init__ and the _init_* parts it calls.
+    names = [name for name in vars(CoreLoop) if name == "__init__" or name.startswith("_init_")]
+    return {
+        name
+        for method in names
+        for name, _, store in self_attributes(
+            ast.parse(textwrap.dedent(source_of(CoreLoop, method)))
+        )
+        if store
+    }
 
 
 PUBLIC_API = {name for name in vars(asyncio.AbstractEventLoop) if not name.startswith("_")}
@@ -298,3 +306,125 @@ def test_no_any_typed_loop_references(path: Path) -> None:
         if name in ("loop", "_loop") and ast.unparse(annotation) in ("Any", "typing.Any"):
             bad.append(f"line {node.lineno}: {name}: Any")
     assert not bad, bad
+
+
+# ----------------------------------------------------------------------
+# tideloop.testing reaches the loop through its constructor and public API
+
+TESTING = SRC / "testing"
+
+#: ``obj._name`` reads that testing/ may make, by (receiver, attribute): the
+#: interpreter's and the stdlib's own private API, which asyncio itself
+#: uses, and asyncio handles' fields. Never a tideloop loop's or
+#: component's state: that is reached through ``Loop(...)``'s arguments
+#: (``clock``, ``schedule``, ``network``, ``supervisor``), the read-only
+#: `LoopView` a supervisor is bound to, and the loop's public methods.
+TESTING_MAY_READ: dict[tuple[str, str], str] = {
+    ("sys", "_getframe"): "the caller's frame (sometimes() names its call site)",
+    ("sys", "_current_frames"): "every thread's frame (ThreadWatch)",
+    ("asyncio.events", "_get_running_loop"): "asyncio's own check for a running loop",
+    ("handle", "_callback"): "an asyncio.Handle's callback, to name the task it steps",
+    ("handle", "_cancelled"): "an asyncio.Handle's cancelled flag",
+    ("item.session", "_setupstate"): "pytest's fixture teardown stack (the plugin)",
+    ("super()", "_real_close"): "a socket subclass calling its base class",
+    ("asyncio.tasks", "_PyTask"): "the pure-Python Task, whose steps a Perturber varies",
+    ("condition", "_waiters"): "a threading.Condition's waiters: a notified thread is busy",
+    ("asyncio.events", "_get_event_loop_policy"): "the policy, without 3.14's warning",
+    ("asyncio.events", "_set_event_loop_policy"): "the policy, without 3.14's warning",
+}
+
+
+def private_reads(path: Path) -> list[tuple[int, str, str, bool]]:
+    """(line, receiver, attribute, is_store) of each ``obj._name`` on another object."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_")
+            and not node.args[1].value.startswith("__")
+        ):
+            receiver = ast.unparse(node.args[0])
+            if receiver not in ("self", "cls"):
+                found.append((node.lineno, receiver, node.args[1].value, node.func.id == "setattr"))
+            continue
+        if not isinstance(node, ast.Attribute):
+            continue
+        attr = node.attr
+        if not attr.startswith("_") or (attr.startswith("__") and attr.endswith("__")):
+            continue
+        receiver = ast.unparse(node.value)
+        if receiver in ("self", "cls"):
+            continue
+        found.append((node.lineno, receiver, attr, isinstance(node.ctx, ast.Store)))
+    return found
+
+
+def private_uses(
+    path: Path,
+    allowed: dict[tuple[str, str], str],
+    may_assign: frozenset[tuple[str, str]] = frozenset(),
+) -> list[str]:
+    """The ``obj._name`` uses in *path* that *allowed* (reads) and *may_assign* do not allow."""
+    return [
+        f"{path.name}:{line} {'assigns' if store else 'reads'} {receiver}.{attr}"
+        for line, receiver, attr, store in private_reads(path)
+        if (receiver, attr) not in (may_assign if store else allowed)
+    ]
+
+
+#: The simulation's parts reading each other's state, until they talk
+#: through interfaces of their own (issue 35, item 3).
+TESTING_SIM_INTERNAL: dict[tuple[str, str], str] = {
+    (receiver, attr): "the simulated network's own parts"
+    for receiver, attrs in {
+        "net": ("_candidates", "_register", "_by_fd", "_loop", "_sometimes"),
+        "self._net": ("_by_fd", "_candidates"),
+        "ep.net": (
+            "_bind",
+            "_listen",
+            "_connect",
+            "_check_readable",
+            "_consume",
+            "_recvfrom",
+            "_send",
+            "_sendto",
+            "_shutdown",
+            "_close",
+        ),
+        "settings": ("_log",),
+    }.items()
+    for attr in attrs
+}
+
+
+def test_testing_touches_no_private_state_of_other_objects() -> None:
+    allowed = {**TESTING_MAY_READ, **TESTING_SIM_INTERNAL}
+    problems = [
+        problem
+        for path in sorted(TESTING.rglob("*.py"))
+        for problem in private_uses(path, allowed, frozenset({("net", "_candidates")}))
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_planted_private_hook_in_testing_is_caught(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "def make(loop, check):\n"
+        "    loop._stuck_hook = check\n"
+        "    return loop._fds.readers, loop._signals._sig_rfd, sys._getframe(0)\n"
+        "    getattr(loop, '_network', None)\n"
+    )
+    problems = sorted(p.split(" ", 1)[1] for p in private_uses(planted, TESTING_MAY_READ))
+    assert problems == [
+        "assigns loop._stuck_hook",
+        "reads loop._fds",
+        "reads loop._network",
+        "reads loop._signals",
+        "reads loop._signals._sig_rfd",
+    ]

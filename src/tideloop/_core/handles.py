@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
-import collections
 import contextvars
 import sys
 import traceback
 from asyncio.format_helpers import extract_stack
 from collections.abc import Callable
 from contextvars import copy_context
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    from .run import CoreLoop
+from .interfaces import HandleOwner, ReadyQueue
 
 __all__ = [
     "THREADSAFE_LOCKS",
@@ -56,7 +54,7 @@ __all__ = [
 
 class Handle(asyncio.Handle):
     __slots__ = ()
-    _loop: CoreLoop
+    _loop: HandleOwner
     _callback: Callable[..., object] | None
     _context: contextvars.Context
     _source_traceback: traceback.StackSummary | None
@@ -66,7 +64,7 @@ class Handle(asyncio.Handle):
         self,
         callback: Callable[..., object],
         args: tuple[Any, ...],
-        loop: CoreLoop,
+        loop: HandleOwner,
         context: contextvars.Context | None = None,
     ) -> None:
         # asyncio's fields and defaults.
@@ -96,7 +94,7 @@ class Handle(asyncio.Handle):
 
 class TimerHandle(asyncio.TimerHandle):
     __slots__ = ()
-    _loop: CoreLoop
+    _loop: HandleOwner
     _callback: Callable[..., object] | None
     _context: contextvars.Context
     _source_traceback: traceback.StackSummary | None
@@ -109,7 +107,7 @@ class TimerHandle(asyncio.TimerHandle):
         when: float,
         callback: Callable[..., object],
         args: tuple[Any, ...],
-        loop: CoreLoop,
+        loop: HandleOwner,
         context: contextvars.Context | None = None,
     ) -> None:
         self._context = copy_context() if context is None else context
@@ -143,7 +141,7 @@ class TimerHandle(asyncio.TimerHandle):
 
 
 #: The fields the loop sets when it builds a Handle without ``__init__``
-#: (``object.__new__`` and one store per field, in ``CoreLoop.call_soon``),
+#: (``object.__new__`` and one store per field, in the core loop's ``call_soon``),
 #: and a TimerHandle adds ``_when`` and ``_scheduled``. Checked by a unit test
 #: against what ``__init__`` sets.
 new_handle_fields: Final = (
@@ -156,9 +154,6 @@ new_handle_fields: Final = (
     "_source_traceback",
 )
 
-
-#: The ready queue: handles whose callbacks run in the loop's next run phase.
-ReadyQueue = collections.deque[asyncio.Handle]
 
 # Newer Pythons (3.12.8+, 3.13.1+) give call_soon_threadsafe() a handle whose
 # cancel() takes a lock, so a cancel from another thread cannot race the run.

@@ -1,9 +1,11 @@
 """Loop metrics: always-on counters, the snapshot users read, the slow-callback report.
 
-Layer: core. `Counters` is a component of the core loop: ``_run_once``
-updates it (a few additions per iteration, no allocation, nothing timed
-per callback unless a slow-callback hook is set), and ``loop.metrics()``
-copies it into an immutable `LoopMetrics`.
+Layer: core. `Instruments` is a component of the core loop (``_instruments``):
+it holds the `Counters` that ``_run_once`` and the timer queue update (a few
+additions per iteration, no allocation, nothing timed per callback unless a
+slow-callback hook is set), what decides whether callbacks are timed one by
+one (a slow-callback hook, detailed metrics, callback observers), and
+``loop.metrics()``'s copy of it all into an immutable `LoopMetrics`.
 
 What is measured, and how:
 
@@ -56,6 +58,8 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections.abc import Callable
+from time import monotonic as _real_time
+from time import sleep as _yield_gil
 from typing import Any, Final, NamedTuple
 
 #: Upper bounds (seconds) of the lag histogram's buckets; a last bucket
@@ -231,3 +235,114 @@ def describe_slow(handle: asyncio.Handle, duration: float) -> SlowCallback:
     if task is None:
         return SlowCallback(duration, handle, None, repr(handle), ())
     return SlowCallback(duration, handle, task, task.get_name(), coroutine_stack(task))
+
+
+#: A callback observer: called with each handle after its callback ran
+#: (``loop.add_callback_observer``). It may raise to stop the loop.
+CallbackObserver = Callable[[asyncio.Handle], object]
+
+
+class Instruments:
+    """What a loop measures and who watches its callbacks.
+
+    ``timed`` is what the run phase reads (once per iteration) to choose
+    between the inlined fast path and the one that times every callback:
+    True while a slow-callback hook, detailed metrics or a callback observer
+    is set (debug mode also times callbacks; the core checks that itself).
+    """
+
+    __slots__ = ("counters", "detailed", "observers", "slow_hook", "slow_hook_threshold", "timed")
+
+    def __init__(self) -> None:
+        self.counters = Counters()
+        self.detailed = False
+        self.slow_hook: SlowCallbackHook | None = None
+        self.slow_hook_threshold = 0.1
+        #: Called after each callback, in the order added.
+        self.observers: tuple[CallbackObserver, ...] = ()
+        self.timed = False
+
+    def _retime(self) -> None:
+        self.timed = self.detailed or self.slow_hook is not None or bool(self.observers)
+
+    def set_detailed(self, detailed: bool) -> None:
+        self.detailed = bool(detailed)
+        self._retime()
+
+    def set_slow_hook(self, hook: SlowCallbackHook | None, threshold: float) -> None:
+        if hook is not None and not callable(hook):
+            raise TypeError(f"a callable or None is expected, got {hook!r}")
+        if threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+        self.slow_hook = hook
+        self.slow_hook_threshold = float(threshold)
+        self._retime()
+
+    def add_observer(self, observer: CallbackObserver) -> None:
+        if not callable(observer):
+            raise TypeError(f"a callable is expected, got {observer!r}")
+        self.observers = (*self.observers, observer)
+        self._retime()
+
+    def remove_observer(self, observer: CallbackObserver) -> None:
+        observers = list(self.observers)
+        try:
+            observers.remove(observer)
+        except ValueError:
+            raise ValueError(f"{observer!r} is not a callback observer of this loop") from None
+        self.observers = tuple(observers)
+        self._retime()
+
+    def threshold(self, slow_callback_duration: float) -> float:
+        """The slow-callback threshold in force: the hook's, else the loop's."""
+        return slow_callback_duration if self.slow_hook is None else self.slow_hook_threshold
+
+    def snapshot(
+        self,
+        *,
+        ready: int,
+        timers: int,
+        fds: int,
+        executor_pending: int,
+        slow_callback_duration: float,
+    ) -> LoopMetrics:
+        """A consistent snapshot of the counters, with the gauges given. Any thread."""
+        c = self.counters
+        while True:
+            seq = c.seq
+            if seq & 1:  # the loop thread is inside a window: let it finish
+                _yield_gil(0)
+                continue
+            now = _real_time()  # after the first seq read: see Counters
+            iterations = c.iterations
+            callbacks = c.callbacks
+            run_time = c.run_time
+            run_start = c.run_start
+            idle = c.idle_time
+            poll_start = c.poll_start
+            max_lag = c.max_lag
+            lag_sum = c.lag_sum
+            lag_counts = tuple(c.lag_counts)
+            slow = c.slow_callbacks
+            if c.seq == seq:
+                break
+        # The run and the poll in progress, up to now.
+        if run_start:
+            run_time += now - run_start
+        if poll_start:
+            idle += now - poll_start
+        return LoopMetrics(
+            iterations=iterations,
+            callbacks=callbacks,
+            busy_time=run_time - idle,
+            idle_time=idle,
+            ready=ready,
+            timers=timers,
+            fds=fds,
+            executor_pending=executor_pending,
+            max_lag=max_lag,
+            lag_sum=lag_sum,
+            lag_counts=lag_counts,
+            slow_callbacks=slow,
+            slow_callback_threshold=self.threshold(slow_callback_duration),
+        )

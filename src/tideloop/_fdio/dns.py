@@ -35,8 +35,9 @@ from __future__ import annotations
 import socket
 from typing import Any, Final
 
+from tideloop._core.coreloop import CoreLoop
 from tideloop._core.errors import logger
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 
 from .network import Network
 
@@ -123,7 +124,7 @@ class Resolver:
 
     __slots__ = ("_loop", "_network")
 
-    def __init__(self, loop: CoreLoop, network: Network | None = None) -> None:
+    def __init__(self, loop: LoopServices, network: Network | None = None) -> None:
         self._loop = loop
         self._network = network
 

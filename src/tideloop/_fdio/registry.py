@@ -61,8 +61,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple, Unpack
 
+from tideloop._core.coreloop import CoreLoop
 from tideloop._core.handles import Handle, ReadyQueue
-from tideloop._core.run import CoreLoop
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
 
 #: Size of `FdRegistry.read_buffer`. asyncio reads up to 256 KiB; a read

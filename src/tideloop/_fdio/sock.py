@@ -46,8 +46,8 @@ import socket
 import sys
 from typing import Any, Final, TypeVar
 
+from tideloop._core.coreloop import CoreLoop
 from tideloop._core.handles import Handle
-from tideloop._core.run import CoreLoop
 
 from .dns import HAS_IPV6, Resolver
 from .network import Network

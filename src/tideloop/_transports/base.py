@@ -45,7 +45,7 @@ from typing import Any, Final, Protocol
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import WRITE_LIMIT
 
@@ -173,7 +173,7 @@ class FdTransport(asyncio.BaseTransport):
 
     def __init__(  # noqa: PLR0917
         self,
-        loop: CoreLoop,
+        loop: LoopServices,
         fds: FdRegistry,
         fd: int,
         extra: dict[str, Any] | None,

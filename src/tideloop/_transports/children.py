@@ -55,7 +55,7 @@ from typing import Final
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 
 #: ``callback(pid, returncode)``.
@@ -196,7 +196,7 @@ def _reap(pid: int) -> int:
 class ChildWatcher:
     __slots__ = ("_fds", "_lock", "_loop", "_pidfds", "_reaped_early", "use_pidfd")
 
-    def __init__(self, loop: CoreLoop, fds: FdRegistry, *, use_pidfd: bool = HAS_PIDFD) -> None:
+    def __init__(self, loop: LoopServices, fds: FdRegistry, *, use_pidfd: bool = HAS_PIDFD) -> None:
         self._loop = loop
         self._fds = fds
         self.use_pidfd = use_pidfd

@@ -48,7 +48,7 @@ from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-de
 from typing import Any, Final
 
 from tideloop._core.errors import logger
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 
 from .base import WriteFlowControl, socket_extra
@@ -74,7 +74,7 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
 
     def __init__(  # noqa: PLR0917 (asyncio's transport constructor order, then ours)
         self,
-        loop: CoreLoop,
+        loop: LoopServices,
         sock: socket.socket,
         protocol: asyncio.BaseProtocol,
         address: _Address = None,

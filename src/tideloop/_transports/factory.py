@@ -24,7 +24,7 @@ import ssl as _ssl
 from asyncio import constants
 from typing import Any
 
-from tideloop._core.run import CoreLoop
+from tideloop._core.coreloop import CoreLoop
 from tideloop._fdio.registry import FdRegistry
 
 from .base import TRANSPORT_CONTEXT, ConnectionTracker

@@ -59,8 +59,9 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any, Final, TypeVar
 
+from tideloop._core.coreloop import CoreLoop
 from tideloop._core.errors import logger
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import BOUNDED_WRITES
 
@@ -103,7 +104,7 @@ class ReadPipeTransport(FdTransport, asyncio.ReadTransport):
 
     def __init__(
         self,
-        loop: CoreLoop,
+        loop: LoopServices,
         pipe: Pipe,
         protocol: asyncio.BaseProtocol,
         waiter: asyncio.Future[Any] | None = None,
@@ -195,7 +196,7 @@ class WritePipeTransport(WriteFlowControl, asyncio.Transport):
 
     def __init__(
         self,
-        loop: CoreLoop,
+        loop: LoopServices,
         pipe: Pipe,
         protocol: asyncio.BaseProtocol,
         waiter: asyncio.Future[Any] | None = None,

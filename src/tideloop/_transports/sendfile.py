@@ -55,8 +55,9 @@ import sys
 from asyncio import constants
 from typing import Any, Final
 
+from tideloop._core.coreloop import CoreLoop
 from tideloop._core.handles import Handle
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.network import simulated
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import check_ssl_socket
@@ -104,7 +105,7 @@ class NativeSendfile:
 
     def __init__(  # noqa: PLR0917
         self,
-        loop: CoreLoop,
+        loop: LoopServices,
         fds: FdRegistry,
         sock_fd: int,
         fileno: int,

@@ -71,7 +71,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.errors import logger
-from tideloop._core.run import CoreLoop
+from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import BOUNDED_WRITES
 
@@ -183,7 +183,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
 
     def __init__(  # noqa: PLR0917 (asyncio's transport constructor order, then ours)
         self,
-        loop: CoreLoop,
+        loop: LoopServices,
         sock: socket.socket,
         protocol: asyncio.BaseProtocol,
         waiter: asyncio.Future[Any] | None = None,

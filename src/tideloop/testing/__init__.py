@@ -59,7 +59,6 @@ from typing import Any, TypeVar
 from tideloop._loop import Loop
 from tideloop._pollers import Poller
 
-from . import _deadlock
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
@@ -68,7 +67,7 @@ from ._network import SimNetwork, SimSocket
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
-from ._threads import ThreadWatch, runner_threads, track_producers
+from ._supervisor import VirtualTimeWatch
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
@@ -151,18 +150,13 @@ def new_event_loop(
         schedule = Perturber(seed, wakeups=wakeups)
     elif wakeups:
         raise ValueError("wakeups=True needs a seed or a strategy to vary task steps with")
-    loop = Loop(poller=poller, clock=clock, schedule=schedule, network=network)
-    if clock is not None:
-        # Under virtual time a run that can never wake raises Deadlock
-        # with every task's await stack, instead of hanging.
-        # Threads busy now (a test runner's) are not taken for the program's,
-        # until one calls call_soon_threadsafe on this loop.
-        baseline = runner_threads()
-        track_producers(loop, baseline)
-        loop._stuck_hook = functools.partial(_deadlock.check, loop, baseline)
-        # ... and does not jump while a thread of the program's is busy.
-        loop._threads_busy = ThreadWatch(baseline)
-    return loop
+    # Under virtual time a run that can never wake raises Deadlock with
+    # every task's await stack, instead of hanging, and the clock does not
+    # jump while a thread of the program's is busy.
+    supervisor = None if clock is None else VirtualTimeWatch(network)
+    return Loop(
+        poller=poller, clock=clock, schedule=schedule, network=network, supervisor=supervisor
+    )
 
 
 def run(
@@ -211,7 +205,7 @@ def run(
 def current_clock() -> VirtualClock:
     """The running loop's `VirtualClock` (call from a coroutine or callback)."""
     loop = asyncio.get_running_loop()
-    clock = loop._clock if isinstance(loop, Loop) else None
+    clock = loop.clock if isinstance(loop, Loop) else None
     if not isinstance(clock, VirtualClock):
         raise RuntimeError("the running loop has no VirtualClock (use virtual_time=True)")
     return clock

@@ -37,11 +37,9 @@ ALLOWANCES: Final[dict[str, tuple[tuple[str, frozenset[str]], ...]]] = {
     "os.unlink": (("tideloop/_net/server.py", frozenset({"_stop_serving"})),),
     # Joining the helper thread that joined the executor's threads, once it
     # has reported (asyncio: base_events.shutdown_default_executor).
-    "threading.Lock.acquire": (
-        ("tideloop/_core/run.py", frozenset({"shutdown_default_executor"})),
-    ),
+    "threading.Lock.acquire": (("tideloop/_core/executor.py", frozenset({"shutdown_default"})),),
     "threading.Lock.acquire_lock": (
-        ("tideloop/_core/run.py", frozenset({"shutdown_default_executor"})),
+        ("tideloop/_core/executor.py", frozenset({"shutdown_default"})),
     ),
 }
 

@@ -3,8 +3,9 @@
 Layer: testing. On the stdlib loop (or on real time) a program whose tasks
 all wait for each other hangs until a test timeout kills it, with no word
 of who waited for what. Under virtual time tideloop knows more: the core
-calls `check` (``CoreLoop._stuck_hook``) where it would block with no
-callback ready, no timer and no executor job in flight. If, in addition,
+asks the loop's `Supervisor` (``_supervisor.py``), which calls `check`,
+where it would block with no callback ready, no timer and no executor job
+in flight. `check` sees the loop only through its read-only `LoopView`. If, in addition,
 nothing outside the loop can wake it, nothing ever will, and `check`
 raises `Deadlock` out of ``run_forever`` with every task's await stack
 (3.14's call graph where the interpreter has it), instead of hanging.
@@ -36,12 +37,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from tideloop._loop import Loop
-
-from ._network import SimNetwork
+from tideloop._core.interfaces import LoopView
 
 #: Stack frames shown per task.
 _FRAMES = 8
@@ -51,37 +51,36 @@ class Deadlock(RuntimeError):
     """Every task waits, and nothing (no timer, thread, real fd, signal) can wake them."""
 
 
-def check(loop: Loop, baseline: AbstractSet[int] = frozenset()) -> None:
-    """Raise `Deadlock` if *loop* (about to block with no timer) can never wake.
+def check(
+    view: LoopView,
+    baseline: AbstractSet[int] = frozenset(),
+    simulated: Callable[[int], bool] | None = None,
+) -> None:
+    """Raise `Deadlock` if the loop *view* shows (about to block with no
+    timer) can never wake.
 
     Threads in *baseline* (busy when the loop was made: pytest-xdist's and
     pytest-timeout's, say; see `runner_threads`) and the idle workers of the
     loop's default executor (an executor job in flight is counted by the
-    core) are not taken for possible wakers; any other thread is.
+    core) are not taken for possible wakers; any other thread is. An fd for
+    which *simulated* is true is a simulated socket (a `SimNetwork`
+    delivers only through timers): it cannot wake the loop either.
     """
-    executor = loop._default_executor
-    idle_workers = {t.ident for t in getattr(executor, "_threads", ())}
+    idle_workers = view.executor_threads()
     current = threading.get_ident()
     for thread in threading.enumerate():
         ident = thread.ident
         if ident != current and ident not in baseline and ident not in idle_workers:
             return
-    network = getattr(loop, "_network", None)
-    simulated = network._by_fd if isinstance(network, SimNetwork) else {}
     # Every registered fd may yet fire (a child's pidfd is the loop's own
     # registration, and a child's exit wakes it) except the waker, which
-    # only a thread writes, and the signal pipe, decided below.
-    fds = loop._fds
-    own = {loop._waker.fileno(), loop._signals._sig_rfd}
-    if any(fd not in simulated and fd not in own for fd in fds.readers.keys() | fds.writers.keys()):
+    # only a thread writes, and the signal pipe, decided below: the view
+    # leaves those two out.
+    if any(simulated is None or not simulated(fd) for fd in view.watched_fds()):
         return
-    handlers = loop._signals.handlers
-    if any(sig != signal.SIGINT for sig in handlers):
+    if any(sig != signal.SIGINT for sig in view.signals()):
         return
-    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    # Reported once: the cleanup that follows (cancelling the tasks) may block as it likes.
-    loop._stuck_hook = None
-    raise Deadlock(report(tasks, loop.time()))
+    raise Deadlock(report(list(view.tasks()), view.time()))
 
 
 def report(tasks: list[asyncio.Task[Any]], now: float) -> str:

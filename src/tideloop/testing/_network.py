@@ -613,6 +613,10 @@ class SimNetwork:
 
     # -- the loop's side (tideloop._fdio.network.Network) -----------------
 
+    def is_simulated(self, fd: int) -> bool:
+        """Whether *fd* is one of this network's simulated sockets, open now."""
+        return fd in self._by_fd
+
     def wrap_poller(self, poller: Poller) -> Poller:
         if self._poller is not None and not (self._loop is not None and self._loop.is_closed()):
             raise RuntimeError("a SimNetwork serves one loop")

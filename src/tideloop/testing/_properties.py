@@ -1,10 +1,10 @@
 """Property checks: `always` after every callback, `eventually` within a time.
 
-Layer: testing. The core calls one hook after every callback when a test
-sets it (``CoreLoop._after_callback``; callbacks then run one by one on
-the loop's timed path, so a loop without checks never looks at it). This
-module keeps each loop's checks and turns a broken one into
-`PropertyViolation`:
+Layer: testing. A loop calls its callback observers after every callback
+(``loop.add_callback_observer``; callbacks then run one by one on the
+loop's timed path, so a loop without observers never looks for them). This
+module keeps each loop's checks, observes the loop while it has any, and
+turns a broken one into `PropertyViolation`:
 
 - ``always(predicate)``: from now until the returned function is called,
   the predicate is evaluated after every callback the loop runs (a task's
@@ -18,7 +18,7 @@ module keeps each loop's checks and turns a broken one into
 Combined with seeds (`Perturber`, `SimNetwork`), a property breaks on the
 seed's schedule and the seed replays it.
 
-Invariant: the hook is installed exactly while a loop has at least one
+Invariant: the observer is added exactly while a loop has at least one
 check, and removed with the last.
 """
 
@@ -58,6 +58,7 @@ class _Checks:
         self.always: dict[int, tuple[str, Callable[[], object]]] = {}
         self.eventually: dict[int, tuple[Callable[[], object], asyncio.Future[None]]] = {}
         self._next = 0
+        self._observing = False
 
     def key(self) -> int:
         self._next += 1
@@ -65,8 +66,14 @@ class _Checks:
 
     def sync(self) -> None:
         loop = self._loop()
-        if loop is not None:
-            loop._set_after_callback(self.after if self.always or self.eventually else None)
+        want = bool(self.always or self.eventually)
+        if loop is None or want == self._observing:
+            return
+        if want:
+            loop.add_callback_observer(self.after)
+        else:
+            loop.remove_callback_observer(self.after)
+        self._observing = want
 
     def after(self, handle: asyncio.Handle) -> None:
         for name, predicate in list(self.always.values()):

@@ -1,7 +1,7 @@
 """Perturber: a schedule that varies the orderings asyncio leaves open.
 
 Layer: top (``tideloop.testing``). A `Perturber` is the core's `Schedule`
-(``tideloop._core.run``), handed to ``Loop(schedule=...)``. The core asks it
+(``tideloop._core.coreloop``), handed to ``Loop(schedule=...)``. The core asks it
 for three things at construction and never consults it otherwise: the timer
 queue's tie function, where other threads' ``call_soon_threadsafe`` handles
 go, and a wait function around the clock's. A loop built without a schedule

@@ -7,7 +7,8 @@ result). A thread the loop did not start (``threading.Thread`` of the
 program's own, anyio's worker threads, a library's pool) is invisible to
 that count: it may be one millisecond away from ``call_soon_threadsafe``,
 and a jump past a 20 ms timeout would make it late on every run. The core
-asks a `ThreadWatch` (``CoreLoop._threads_busy``) before each jump; while
+asks a `ThreadWatch` (through the loop's `Supervisor`, ``_supervisor.py``)
+before each jump; while
 it says a thread is busy, the loop polls in real time and asks again.
 
 Facts / what this means for us:
@@ -45,7 +46,8 @@ Facts / what this means for us:
   server thread a fixture started, waiting in ``select`` or ``accept``; a
   worker waiting on a queue) is, and so is a baseline thread from the
   moment it calls ``call_soon_threadsafe`` on the loop (`track_producers`
-  takes it out of the baseline: it is a producer of this loop's work).
+  wraps the loop's admission of thread handles and takes it out of the
+  baseline: it is a producer of this loop's work).
 - A thread can stay busy forever (a polling loop, a blocking ``recv`` on a
   socket nobody writes): after *grace* real seconds busy without a pause,
   it is ignored until it is next seen idle, so it costs one grace period,
@@ -62,14 +64,11 @@ import selectors
 import socket
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from tideloop._core.run import CoreLoop
+from typing import Any, Final
 
 #: (file name ending, function name) of frames a thread waits in.
 _IDLE_FRAMES: Final = frozenset(
@@ -217,13 +216,12 @@ def runner_threads() -> set[int]:
     return {i for i in idents if i not in frames or not _idle(frames[i])}
 
 
-def track_producers(loop: CoreLoop, baseline: set[int]) -> None:
-    """Take a thread out of *baseline* when it calls ``call_soon_threadsafe`` on *loop*.
-
-    Wraps the loop's admission of thread handles (the ready queue's append or
-    a schedule's), on testing loops only: one ``get_ident`` per call.
-    """
-    admit = loop._admit_threadsafe
+def track_producers(
+    admit: Callable[[asyncio.Handle], None], baseline: set[int]
+) -> Callable[[asyncio.Handle], None]:
+    """*admit* (a loop's admission of ``call_soon_threadsafe`` handles: the
+    ready queue's append or a schedule's), wrapped to take the calling thread
+    out of *baseline*. On testing loops only: one ``get_ident`` per call."""
     discard = baseline.discard
     get_ident = threading.get_ident
 
@@ -231,7 +229,7 @@ def track_producers(loop: CoreLoop, baseline: set[int]) -> None:
         discard(get_ident())
         admit(handle)
 
-    loop._admit_threadsafe = admit_from_a_producer
+    return admit_from_a_producer
 
 
 class ThreadWatch:

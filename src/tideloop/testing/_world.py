@@ -43,6 +43,8 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Final
 
+from tideloop._loop import Loop
+
 from ._network import SimNetwork
 
 #: What ``time.time()`` reads at virtual time 0 in a simulated run (2026-01-01 UTC).
@@ -105,7 +107,7 @@ def sometimes(probability: float = 0.25) -> bool:
     with *probability* on each call. Anywhere else: False.
     """
     loop = asyncio.events._get_running_loop()
-    net = getattr(loop, "_network", None)
+    net = loop.network if isinstance(loop, Loop) else None
     if not isinstance(net, SimNetwork) or not net.buggify:
         return False
     caller = sys._getframe(1)

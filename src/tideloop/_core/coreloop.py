@@ -1,19 +1,26 @@
-"""CoreLoop: scheduling, the run loop, lifecycle, errors, threads, debug.
+"""CoreLoop: scheduling, the run phase, and the loop's lifecycle.
 
-Layer: core. Everything an event loop does that needs no file descriptors of
-its own: the ready queue, the timer queue, the clock, the run loop,
-``run_until_complete``/``stop``/``close``, tasks and futures, exception
-handling, debug mode, async generator hooks, ``call_soon_threadsafe`` and
-the default executor.
+Layer: core. What an event loop does that needs no file descriptors of its
+own: ``call_soon``/``call_later``/``call_at``/``call_soon_threadsafe``, the
+ready queue and the timer queue, the run loop (`_run_once`),
+``run_forever``/``run_until_complete``/``stop``/``close``, tasks and
+futures, debug mode. The rest of the core's public methods delegate to
+components of their own modules, which this class builds and keeps:
+
+    _jobs         executor.py    the default executor, helper threads, their accounting
+    _asyncgens    asyncgens.py   async generator hooks and shutdown_asyncgens
+    _errors       errors.py      the exception handler and asyncio's rules for it
+    _instruments  metrics.py     counters, metrics(), slow-callback hook, observers
 
 CoreLoop is the only base class of `tideloop.Loop` with an ``__init__``:
-the Loop builds the components (see ``docs/architecture.md``) and hands the
+the Loop builds the other components (see ``docs/architecture.md``) and hands the
 core what it needs through the constructor. The core is given an `IoSource`
 (the fd registry): the core blocks in ``io.poll`` and passes what it
 returned to ``io.dispatch``, which queues the ready fds' callbacks. The core
 never learns what an fd is. Components that hold kernel resources are
 handed to `_own`, and `close` closes them, last owned first.
 
+What the core is given and what it shows is typed in ``interfaces.py``.
 A `Schedule` may be handed to the constructor too (``tideloop.testing``'s
 seeded perturbation). It decides the orderings asyncio leaves open, and only
 through three seams fixed at construction: the timer queue's tie function
@@ -22,7 +29,10 @@ through three seams fixed at construction: the timer queue's tie function
 clock's (which sees each poll's results before they are dispatched).
 Without one (the default), `_run_once`, ``call_soon``, the timers and fd
 dispatch run exactly the code they ran before schedules existed: the seams
-are attributes bound here, not tests on the hot path.
+are attributes bound here, not tests on the hot path. A `Supervisor`
+(``tideloop.testing``'s watch over virtual time: busy threads, deadlocks)
+is consulted the same way: through functions bound here, only under a
+clock with a ``wait``, and around the admission of other threads' handles.
 
 Semantics are asyncio's (``Lib/asyncio/base_events.py``) for the running
 Python. One iteration, `_run_once`, has asyncio's phases in asyncio's order:
@@ -42,15 +52,10 @@ Invariants (principles 3 and 4 of ``docs/architecture.md``):
   clock's ``wait`` around it), and ``_now`` (the injected clock) is the
   only source of the loop's time (the metrics read real time, for
   themselves only).
-- ``_executor_jobs`` counts the executor jobs whose results have not
-  reached their futures yet (``loop.metrics()``' executor_pending). Under
-  a clock with a ``wait`` (virtual time), ``_jobs_running`` holds a token
-  per job whose thread has not yet *sent* its result (the token is dropped
-  by the thread right after its ``call_soon_threadsafe``, or when the
-  future is done); the clock is not allowed to jump while it is non-empty
-  (see ``clock``). A result that was sent but not yet admitted (a
-  Schedule holding it, as a slow thread) does not hold time still.
-- ``_counters`` (see `metrics`) only grows and is written only by the
+- Under a clock with a ``wait`` (virtual time), the clock is not allowed
+  to jump while ``_jobs.running`` (see `executor`) is non-empty: a thread
+  job whose result is not sent yet.
+- ``_counters`` (``_instruments.counters``, see `metrics`) only grows and is written only by the
   loop's thread; the time accounting in it, inside ``seq`` windows that
   contain no user code.
 - ``_thread_id`` is not None exactly while ``run_forever`` runs; it is what
@@ -66,31 +71,23 @@ import asyncio
 import asyncio.events
 import concurrent.futures
 import contextvars
-import functools
 import numbers
 import operator
 import sys
 import threading
 import warnings
-import weakref
 from _thread import _count as _other_threads
-from asyncio.futures import _copy_future_state  # type: ignore[attr-defined]
 from asyncio.futures import _set_result_unless_cancelled as _sleep_callback  # type: ignore[attr-defined]
-from collections.abc import (
-    AsyncGenerator,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Generator,
-)
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import copy_context
 from time import monotonic as _real_time
-from time import sleep as _yield_gil
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, TypeVarTuple, Unpack, cast
 
 from . import debug as _debug
-from .clock import Clock, PollFn, WaitFn
-from .errors import callback_error_context, log_context, logger
+from .asyncgens import AsyncGenerators
+from .clock import Clock, PollFn
+from .errors import ExceptionHandling, callback_error_context, default_report, logger
+from .executor import ThreadJobs
 from .handles import (
     THREADSAFE_LOCKS,
     THREADSAFE_TRIM,
@@ -100,9 +97,12 @@ from .handles import (
     ThreadSafeHandle,
     TimerHandle,
 )
-from .metrics import Counters, LoopMetrics, SlowCallbackHook, describe_slow
+from .interfaces import IoSource, Resource, Schedule, Supervisor
+from .metrics import CallbackObserver, Instruments, LoopMetrics, SlowCallbackHook, describe_slow
 from .timers import FAR_DELAY, TimerQueue
 from .waker import make_waker
+
+__all__ = ["MAX_POLL_TIMEOUT", "CoreLoop", "IoSource", "Resource", "Schedule", "Supervisor"]
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
@@ -110,9 +110,6 @@ _Ts = TypeVarTuple("_Ts")
 #: asyncio's MAXIMUM_SELECT_TIMEOUT: never block longer than a day at a time.
 MAX_POLL_TIMEOUT: Final = 24 * 3600.0
 
-# 3.12 started running a custom exception handler in the context of the
-# handle/task it reports on.
-_HANDLER_IN_CONTEXT: Final = sys.version_info >= (3, 12)
 # How create_task() hands its keywords to a task factory differs between
 # releases, patch releases included; follow the running Python's stdlib,
 # read off its create_task's code object rather than a version number:
@@ -161,78 +158,6 @@ def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real)
 
 
-class IoSource(Protocol):
-    """What the run loop needs from the fd layer (the fd registry provides it)."""
-
-    def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-        """Block until fds are ready or *timeout* passes (None: no limit)."""
-        ...
-
-    def dispatch(self, events: list[tuple[int, int]]) -> None:
-        """Queue the callbacks of the fds that *poll* reported ready."""
-        ...
-
-    def registrations(self) -> int:
-        """Readers plus writers registered now (for `CoreLoop.metrics`)."""
-        ...
-
-    #: Registered fds whose readiness is an event of its own: all but the
-    #: waker's. While it is 0 a poll that may not block can only report the
-    #: waker, whose news (the ready queue grew) the loop sees anyway.
-    polled: int
-
-    def close(self) -> None: ...
-
-
-class Resource(Protocol):
-    """A component that holds kernel resources until the loop closes."""
-
-    def close(self) -> None: ...
-
-
-class Schedule(Protocol):
-    """Decides the orderings asyncio leaves open (``tideloop.testing.Perturber``).
-
-    The core consults it only through what it returns at construction, so a
-    loop without one runs no schedule code at all.
-    """
-
-    def timer_tie(self) -> Callable[[int], int]:
-        """Where a timer goes among *n* with its deadline, 0..n (see `TimerQueue`)."""
-        ...
-
-    def attach(
-        self,
-        ready: ReadyQueue,
-        wait: WaitFn | None,
-        now: Callable[[], float],
-        deadline: Callable[[], float | None],
-    ) -> WaitFn:
-        """Bind to a loop's ready queue; return the wait function the loop calls.
-
-        *wait* is the clock's (None for real time: block in *poll*); *now*
-        the loop's time; *deadline* the earliest timer's deadline (None
-        without timers; it may be a cancelled timer's). The returned
-        function is called once per iteration, like a clock's wait, and
-        returns the events the loop dispatches, in dispatch order.
-        """
-        ...
-
-    def admit_threadsafe(self, handle: asyncio.Handle) -> None:
-        """Queue a ``call_soon_threadsafe`` handle. Called from any thread."""
-        ...
-
-    def admit_thread_result(self, handle: asyncio.Handle, job: int) -> None:
-        """Queue the result of the loop's *job*-th executor job (counted from
-        0 in submission order), from whichever thread finished it.
-
-        A job that finished before the loop chained its future is completed
-        by the loop's own thread; its result is still a thread's (it could
-        have been late), so it is admitted as one, never straight to ready.
-        """
-        ...
-
-
 def _stop_when_done(fut: asyncio.Future[Any]) -> None:
     """run_until_complete's done-callback: stop the future's loop."""
     if not fut.cancelled():
@@ -255,20 +180,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
         io: IoSource,
         clock: Clock,
         schedule: Schedule | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._debug = False
         self._thread_id: int | None = None
         self._stopping = False
         self._ready = ready
         # Always-on metrics (see tideloop._core.metrics): updated by _run_once
-        # and the timer queue, read by metrics().
-        self._counters = counters = Counters()
+        # and the timer queue, read by metrics(); they also decide whether
+        # callbacks are timed one by one.
+        self._instruments = instruments = Instruments()
+        self._counters = counters = instruments.counters
         self._timers = TimerQueue(None if schedule is None else schedule.timer_tie(), counters)
-        # Per-callback timing: only with a slow-callback hook or detailed metrics.
-        self._timed = False
-        self._metrics_detailed = False
-        self._slow_hook: SlowCallbackHook | None = None
-        self._slow_hook_threshold = 0.1
         self._clock = clock
         self._now = clock.now
         self._now_is_real = clock.now is _real_time
@@ -281,42 +204,15 @@ class CoreLoop(asyncio.AbstractEventLoop):
             self._now = self.time
             self._now_is_real = False
         self._clock_resolution = clock.resolution
-        # What _run_once calls to block: None (the poller itself), or the
-        # clock's wait behind the executor-job gate, or the schedule's wait
-        # around either. Composed once, here.
-        wait = self._virtual_wait = clock.wait
-        self._executor_jobs = 0
-        #: Under virtual time: a token per thread job whose result is not sent yet.
-        self._jobs_running: set[object] | None = None if wait is None else set()
-        #: Called (tideloop.testing sets it, with virtual time) where the
-        #: loop would block with nothing ready, no timer and no executor job:
-        #: it may raise to report that nothing can ever happen again.
-        self._stuck_hook: Callable[[], None] | None = None
-        #: Under virtual time (tideloop.testing sets it): True while another
-        #: thread looks busy, so the clock must not jump yet; the loop then
-        #: polls for `BUSY_THREAD_SLICE` real seconds and asks again.
-        self._threads_busy: Callable[[], bool] | None = None
-        #: Called after each callback (tideloop.testing's property checks);
-        #: while set, callbacks run one by one in _run_ready_timed, so the
-        #: fast path never looks at it. It may raise to stop the loop.
-        self._after_callback: Callable[[asyncio.Handle], None] | None = None
-        if wait is not None:
-            wait = self._wait_behind_executor_jobs
-        self._admit_threadsafe: Callable[[asyncio.Handle], None] = ready.append
-        if schedule is not None:
-            wait = schedule.attach(ready, wait, clock.now, self._head_deadline)
-            self._admit_threadsafe = schedule.admit_threadsafe
-        self._schedule = schedule
-        self._jobs_chained = 0  # executor jobs submitted under the schedule
-        self._clock_wait = wait
-        self._io = io
-        self._poll = io.poll
-        self._dispatch = io.dispatch
-        self._resources: list[Resource] = []
         self._waker = make_waker()
-        self._exception_handler: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | (
-            None
-        ) = None
+        try:
+            self._init_seams(ready, io, clock, schedule, supervisor)
+        except BaseException:
+            self._waker.close()
+            raise
+        self._resources: list[Resource] = []
+        self._errors = ExceptionHandling()
+        self._asyncgens = AsyncGenerators(self)
         self._task_factory: Any = None
         # The context asyncio.sleep()'s timers run in (call_later). One per
         # loop: a context can be entered by one thread at a time.
@@ -325,13 +221,49 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self.slow_callback_duration = 0.1
         self._coroutine_tracking = False
         self._coroutine_tracking_saved_depth = 0
-        self._asyncgens: weakref.WeakSet[AsyncGenerator[Any, Any]] = weakref.WeakSet()
-        self._asyncgens_shutdown_called = False
-        self._old_agen_hooks: Any = None
-        self._default_executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._executor_shutdown_called = False
         self.set_debug(_debug.debug_from_environment())
         self._closed = False
+
+    def _init_seams(
+        self,
+        ready: ReadyQueue,
+        io: IoSource,
+        clock: Clock,
+        schedule: Schedule | None,
+        supervisor: Supervisor | None,
+    ) -> None:
+        """Bind what the run loop calls: the wait, the admission of thread
+        handles, the poll and dispatch (a schedule may refuse to attach)."""
+        # What _run_once calls to block: None (the poller itself), or the
+        # clock's wait behind the thread-job gate, or the schedule's wait
+        # around either. Composed once, here.
+        wait = self._virtual_wait = clock.wait
+        self._jobs = ThreadJobs(schedule=schedule, virtual=wait is not None, wake=self._waker.wake)
+        #: Under virtual time, with a supervisor: True while another thread
+        #: looks busy, so the clock must not jump yet (the loop then polls
+        #: for `BUSY_THREAD_SLICE` real seconds and asks again); and what is
+        #: called where the loop would block with nothing ready, no timer and
+        #: no thread job (it may raise: nothing can ever happen again).
+        self._threads_busy: Callable[[], bool] | None = None
+        self._stuck: Callable[[], None] | None = None
+        if wait is not None:
+            wait = self._wait_behind_thread_jobs
+            if supervisor is not None:
+                self._threads_busy = supervisor.threads_busy
+                self._stuck = supervisor.stuck
+        # How other threads' call_soon_threadsafe handles are queued: the
+        # ready queue's append, or the schedule's admission, maybe watched.
+        admit: Callable[[asyncio.Handle], None] = ready.append
+        if schedule is not None:
+            wait = schedule.attach(ready, wait, clock.now, self._head_deadline)
+            admit = schedule.admit_threadsafe
+        if supervisor is not None:
+            admit = supervisor.admit(admit)
+        self._admit_threadsafe = admit
+        self._clock_wait = wait
+        self._io = io
+        self._poll = io.poll
+        self._dispatch = io.dispatch
 
     def __repr__(self) -> str:
         return (
@@ -509,10 +441,10 @@ class CoreLoop(asyncio.AbstractEventLoop):
         heap = self._timers.heap
         return heap[0] if heap else None
 
-    def _timer_handle_cancelled(self, handle: TimerHandle) -> None:
+    def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:
         # Called by TimerHandle.cancel() (asyncio's and ours): the timer
         # queue's count, without a further call (TimerQueue.note_cancelled).
-        if handle._scheduled:
+        if handle._scheduled:  # type: ignore[attr-defined]  # asyncio's slot
             self._timers.cancelled += 1
 
     def _add_callback(self, handle: asyncio.Handle) -> None:
@@ -614,7 +546,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
             if timers.heap[0] < end:
                 timers.pop_due(now, end, ready)
 
-        if self._timed or self._debug:
+        if self._instruments.timed or self._debug:
             self._run_ready_timed()
             return
         # Only what is ready now runs in this phase: callbacks scheduled by
@@ -655,21 +587,23 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def _slow_phase(self) -> None:
         """The phase that just ended took the threshold or more."""
         # When callbacks are timed one by one, they were counted there.
-        if not self._timed and not self._debug:
+        if not self._instruments.timed and not self._debug:
             self._counters.slow_callbacks += 1
 
     def _run_ready_timed(self) -> None:
-        """The run phase with each callback timed: debug mode, a hook, or detailed metrics.
+        """The run phase with each callback timed: debug mode, a hook, detailed
+        metrics, or callback observers (called after each callback).
 
         Debug mode adds asyncio's: ``_current_handle`` and a warning for a
         callback that took ``slow_callback_duration`` of the loop's time.
         """
         ready = self._ready
-        counters = self._counters
+        instruments = self._instruments
+        counters = instruments.counters
         debug = self._debug
-        hook = self._slow_hook
-        threshold = self.slow_callback_duration if hook is None else self._slow_hook_threshold
-        after = self._after_callback
+        hook = instruments.slow_hook
+        threshold = instruments.threshold(self.slow_callback_duration)
+        observers = instruments.observers
         ran = slow = 0
         try:
             for _ in range(len(ready)):
@@ -687,8 +621,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
                     slow += 1
                     if hook is not None:
                         self._report_slow(hook, handle, took)
-                if after is not None:
-                    after(handle)
+                for observe in observers:
+                    observe(handle)
         finally:
             counters.callbacks += ran
             counters.slow_callbacks += slow
@@ -720,11 +654,11 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 {"message": "slow callback hook failed", "exception": exc, "handle": handle}
             )
 
-    def _wait_behind_executor_jobs(
+    def _wait_behind_thread_jobs(
         self, poll: PollFn, timeout: float | None
     ) -> list[tuple[int, int]]:
         """The virtual clock's wait, told "no deadline" while thread jobs run."""
-        running = self._jobs_running
+        running = self._jobs.running
         if timeout:
             if running:
                 timeout = None
@@ -734,28 +668,22 @@ class CoreLoop(asyncio.AbstractEventLoop):
                 return poll(BUSY_THREAD_SLICE)
         wait = self._virtual_wait
         assert wait is not None
-        if timeout is None and self._stuck_hook is not None and not running:
+        if timeout is None and self._stuck is not None and not running:
             # Only if a look finds nothing ready either.
             events = wait(poll, 0.0)
             if events:
                 return events
-            self._stuck_hook()
+            self._stuck()
         return wait(poll, timeout)
 
-    def _executor_job_done(self, fut: asyncio.Future[Any]) -> None:
-        self._executor_jobs -= 1
-        running = self._jobs_running
-        if running is not None:
-            running.discard(fut)
-
-    async def _in_thread(
+    def _in_thread(
         self,
         func: Callable[[Unpack[_Ts]], _T],
         *args: *_Ts,
         undo: Callable[[_T], Awaitable[object]] | None = None,
         undo_unwatched: Callable[[_T], object] | None = None,
         name: str = "tideloop-fs",
-    ) -> _T:
+    ) -> Coroutine[Any, Any, _T]:
         """``func(*args)`` on a helper thread of its own, for the blocking
         calls that must not run on the loop's thread (a child's start; stat,
         unlink, bind to a path) and must not wait behind the default
@@ -766,53 +694,9 @@ class CoreLoop(asyncio.AbstractEventLoop):
         never runs on behind the caller's back. If the loop is closed by the
         time *func* returns, the thread calls ``undo_unwatched(result)``.
         """
-        future: asyncio.Future[_T] = self._thread_job_future()
-
-        def work() -> None:
-            try:
-                result = func(*args)
-            except BaseException as exc:  # handed to the caller
-                self._post_from_thread(future, None, exc)
-            else:
-                if not self._post_from_thread(future, result, None) and undo_unwatched:
-                    undo_unwatched(result)
-
-        threading.Thread(target=work, name=name, daemon=True).start()
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            try:
-                result = await future
-            except Exception:  # func failed: nothing to undo
-                pass
-            else:
-                if undo is not None:
-                    await undo(result)
-            raise
-
-    def _post_from_thread(
-        self, future: asyncio.Future[Any], result: object, exc: BaseException | None
-    ) -> bool:
-        """Hand a helper thread's outcome to *future*; False if the loop is closed."""
-        try:
-            self.call_soon_threadsafe(_resolve, future, result, exc)
-        except RuntimeError:
-            return False  # the loop is closed: nobody waits any more
-        running = self._jobs_running
-        if running is not None:
-            running.discard(future)  # sent: virtual time may move on
-        return True
-
-    def _thread_job_future(self) -> asyncio.Future[Any]:
-        """A future that a helper thread of ours completes, counted as an
-        executor job until it is done (virtual time waits for it)."""
-        future = self.create_future()
-        self._executor_jobs += 1
-        running = self._jobs_running
-        if running is not None:
-            running.add(future)
-        future.add_done_callback(self._executor_job_done)
-        return future
+        return self._jobs.in_thread(
+            self, func, args, undo=undo, undo_unwatched=undo_unwatched, name=name
+        )
 
     def _check_running(self) -> None:
         if self.is_running():
@@ -830,11 +714,8 @@ class CoreLoop(asyncio.AbstractEventLoop):
         counters.run_start = counters.mark = _real_time()
         counters.seq += 1
         self._set_coroutine_origin_tracking(self._debug)
-        self._old_agen_hooks = sys.get_asyncgen_hooks()
         self._thread_id = threading.get_ident()
-        sys.set_asyncgen_hooks(
-            firstiter=self._asyncgen_firstiter_hook, finalizer=self._asyncgen_finalizer_hook
-        )
+        self._asyncgens.install()
         asyncio.events._set_running_loop(self)
 
     def _run_forever_cleanup(self) -> None:
@@ -850,9 +731,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._thread_id = None
         asyncio.events._set_running_loop(None)
         self._set_coroutine_origin_tracking(False)
-        if self._old_agen_hooks is not None:
-            sys.set_asyncgen_hooks(*self._old_agen_hooks)
-            self._old_agen_hooks = None
+        self._asyncgens.uninstall()
 
     def run_forever(self) -> None:
         self._run_forever_setup()
@@ -919,11 +798,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._closed = True
         self._ready.clear()
         self._timers.clear()
-        self._executor_shutdown_called = True
-        executor = self._default_executor
-        if executor is not None:
-            self._default_executor = None
-            executor.shutdown(wait=False)
+        self._jobs.close()
         resources = self._resources
         try:
             while resources:
@@ -944,56 +819,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
 
     def metrics(self) -> LoopMetrics:
         """A consistent snapshot of the loop's metrics. Any thread may call it."""
-        c = self._counters
-        while True:
-            seq = c.seq
-            if seq & 1:  # the loop thread is inside a window: let it finish
-                _yield_gil(0)
-                continue
-            now = _real_time()  # after the first seq read: see Counters
-            iterations = c.iterations
-            callbacks = c.callbacks
-            run_time = c.run_time
-            run_start = c.run_start
-            idle = c.idle_time
-            poll_start = c.poll_start
-            max_lag = c.max_lag
-            lag_sum = c.lag_sum
-            lag_counts = tuple(c.lag_counts)
-            slow = c.slow_callbacks
-            if c.seq == seq:
-                break
-        # The run and the poll in progress, up to now.
-        if run_start:
-            run_time += now - run_start
-        if poll_start:
-            idle += now - poll_start
-        busy = run_time - idle
         timers = self._timers
-        return LoopMetrics(
-            iterations=iterations,
-            callbacks=callbacks,
-            busy_time=busy,
-            idle_time=idle,
+        return self._instruments.snapshot(
             ready=len(self._ready),
             timers=timers.size - timers.cancelled,
             fds=0 if self._closed else self._io.registrations(),
-            executor_pending=self._executor_jobs,
-            max_lag=max_lag,
-            lag_sum=lag_sum,
-            lag_counts=lag_counts,
-            slow_callbacks=slow,
-            slow_callback_threshold=(
-                self.slow_callback_duration
-                if self._slow_hook is None
-                else self._slow_hook_threshold
-            ),
+            executor_pending=self._jobs.pending,
+            slow_callback_duration=self.slow_callback_duration,
         )
 
     def set_metrics(self, *, detailed: bool) -> None:
         """Time every callback (exact ``slow_callbacks``), or only each run phase."""
-        self._metrics_detailed = bool(detailed)
-        self._retime()
+        self._instruments.set_detailed(detailed)
 
     def set_slow_callback_hook(self, hook: SlowCallbackHook | None, threshold: float = 0.1) -> None:
         """Call ``hook(SlowCallback)`` after each callback that ran *threshold* s or more.
@@ -1002,25 +839,27 @@ class CoreLoop(asyncio.AbstractEventLoop):
         after the slow callback; for a task step it gets the task, its name
         and its coroutine stack where it stopped.
         """
-        if hook is not None and not callable(hook):
-            raise TypeError(f"a callable or None is expected, got {hook!r}")
-        if threshold < 0:
-            raise ValueError(f"threshold must be >= 0, got {threshold!r}")
-        self._slow_hook = hook
-        self._slow_hook_threshold = float(threshold)
-        self._retime()
+        self._instruments.set_slow_hook(hook, threshold)
 
-    def _set_after_callback(self, check: Callable[[asyncio.Handle], None] | None) -> None:
-        """Call *check(handle)* after every callback (None: stop)."""
-        self._after_callback = check
-        self._retime()
+    def add_callback_observer(self, observer: CallbackObserver) -> None:
+        """Call ``observer(handle)`` in the loop's thread after every callback it runs.
 
-    def _retime(self) -> None:
-        self._timed = (
-            self._metrics_detailed
-            or self._slow_hook is not None
-            or self._after_callback is not None
-        )
+        Observers run in the order added, after the slow-callback hook; one
+        that raises stops the loop (the exception leaves ``run_forever``),
+        as a property check does (``tideloop.testing.always``). While any
+        is added, callbacks are timed one by one (the path debug mode
+        takes), so a loop without observers pays nothing for them.
+        """
+        self._instruments.add_observer(observer)
+
+    def remove_callback_observer(self, observer: CallbackObserver) -> None:
+        """Stop calling *observer*; ValueError if it was not added."""
+        self._instruments.remove_observer(observer)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this loop was built with (``Loop(clock=...)``)."""
+        return self._clock
 
     # ------------------------------------------------------------------
     # Futures and tasks
@@ -1085,70 +924,18 @@ class CoreLoop(asyncio.AbstractEventLoop):
     def get_exception_handler(
         self,
     ) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None:
-        return self._exception_handler
+        return self._errors.handler
 
     def set_exception_handler(
         self, handler: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None
     ) -> None:
-        if handler is not None and not callable(handler):
-            raise TypeError(f"A callable object or None is expected, got {handler!r}")
-        self._exception_handler = handler
+        self._errors.set(handler)
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:
-        # asyncio's first touch of *context* is .get(): a context that is
-        # not a dict fails with its AttributeError, here too.
-        context.get("message")
-        current = self._current_handle
-        if (
-            "source_traceback" not in context and current is not None and current._source_traceback  # type: ignore[attr-defined]
-        ):
-            context["handle_traceback"] = current._source_traceback  # type: ignore[attr-defined]
-        log_context(context)
+        default_report(context, self._current_handle)
 
     def call_exception_handler(self, context: dict[str, Any]) -> None:
-        handler = self._exception_handler
-        if handler is None:
-            try:
-                self.default_exception_handler(context)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException:
-                # The default handler may be overridden by a subclass.
-                logger.error("Exception in default exception handler", exc_info=True)
-            return
-        try:
-            ctx = None
-            if _HANDLER_IN_CONTEXT:
-                owner = context.get("task")
-                if owner is None:
-                    owner = context.get("future")
-                if owner is None:
-                    owner = context.get("handle")
-                if owner is not None and hasattr(owner, "get_context"):
-                    ctx = owner.get_context()
-            if ctx is not None and hasattr(ctx, "run"):
-                ctx.run(handler, self, context)
-            else:
-                handler(self, context)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            try:
-                self.default_exception_handler(
-                    {
-                        "message": "Unhandled error in exception handler",
-                        "exception": exc,
-                        "context": context,
-                    }
-                )
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException:
-                logger.error(
-                    "Exception in default exception handler while handling an "
-                    "unexpected error in custom exception handler",
-                    exc_info=True,
-                )
+        self._errors.call(self, context)
 
     # ------------------------------------------------------------------
     # Debug mode
@@ -1181,45 +968,14 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._coroutine_tracking = bool(enabled)
 
     # ------------------------------------------------------------------
-    # Async generators
-
-    def _asyncgen_firstiter_hook(self, agen: AsyncGenerator[Any, Any]) -> None:
-        if self._asyncgens_shutdown_called:
-            warnings.warn(
-                f"asynchronous generator {agen!r} was scheduled after "
-                f"loop.shutdown_asyncgens() call",
-                ResourceWarning,
-                source=self,
-            )
-        self._asyncgens.add(agen)
-
-    def _asyncgen_finalizer_hook(self, agen: AsyncGenerator[Any, Any]) -> None:
-        # May run in any thread (whichever drops the last reference).
-        self._asyncgens.discard(agen)
-        if not self.is_closed():
-            self.call_soon_threadsafe(self.create_task, agen.aclose())
+    # Async generators (the component: asyncgens.py)
 
     async def shutdown_asyncgens(self) -> None:
         """Close every asynchronous generator still alive (``asyncio.run`` calls this at exit)."""
-        self._asyncgens_shutdown_called = True
-        if not len(self._asyncgens):
-            return
-        closing = list(self._asyncgens)
-        self._asyncgens.clear()
-        results = await asyncio.gather(*[ag.aclose() for ag in closing], return_exceptions=True)
-        for result, agen in zip(results, closing, strict=True):
-            if isinstance(result, Exception):
-                self.call_exception_handler(
-                    {
-                        "message": f"an error occurred during closing of "
-                        f"asynchronous generator {agen!r}",
-                        "exception": result,
-                        "asyncgen": agen,
-                    }
-                )
+        await self._asyncgens.shutdown()
 
     # ------------------------------------------------------------------
-    # Threads: the default executor
+    # Threads: the default executor (the component: executor.py)
 
     def run_in_executor(
         self,
@@ -1230,124 +986,22 @@ class CoreLoop(asyncio.AbstractEventLoop):
         self._check_closed()
         if self._debug:
             _debug.check_callback(func, "run_in_executor")
-        if executor is None:
-            if self._executor_shutdown_called:
-                raise RuntimeError("Executor shutdown has been called")
-            executor = self._default_executor
-            if executor is None:
-                executor = self._default_executor = concurrent.futures.ThreadPoolExecutor(
-                    thread_name_prefix="asyncio"
-                )
-        # Counted before it is submitted: the job may run, and another thread
-        # read loop.metrics() (its executor_pending), before submit() returns.
-        self._executor_jobs += 1
-        schedule = self._schedule
-        try:
-            job = executor.submit(func, *args)
-            if schedule is None:
-                fut = asyncio.wrap_future(job, loop=self)
-            else:
-                fut = self._chain_job_to_schedule(job, schedule)
-        except BaseException:
-            self._executor_jobs -= 1
-            raise
-        running = self._jobs_running
-        if running is not None:
-            # Virtual time: the job holds the clock until its thread has sent
-            # the result. The job's callbacks run in the order added, so this
-            # one runs after the chaining callback has handed the result over.
-            running.add(fut)
-            job.add_done_callback(functools.partial(_discard, running, fut))
-        fut.add_done_callback(self._executor_job_done)
-        return fut
-
-    def _chain_job_to_schedule(
-        self, job: concurrent.futures.Future[_T], schedule: Schedule
-    ) -> asyncio.Future[_T]:
-        """``wrap_future`` under a Schedule: the result always reaches the
-        loop as a thread's result (`Schedule.admit_thread_result`), also when
-        the job is already done (asyncio 3.14+ then sets the future at once,
-        and earlier versions queue it from the loop's thread)."""
-        fut: asyncio.Future[_T] = self.create_future()
-        number = self._jobs_chained
-        self._jobs_chained = number + 1
-
-        def job_done(job: concurrent.futures.Future[_T]) -> None:  # any thread
-            if self._closed:
-                return
-            handle = Handle(_copy_future_state, (job, fut), self, None)
-            schedule.admit_thread_result(handle, number)
-            self._waker.wake()
-
-        def fut_done(fut: asyncio.Future[_T]) -> None:
-            if fut.cancelled():
-                job.cancel()
-
-        fut.add_done_callback(fut_done)
-        job.add_done_callback(job_done)
-        return fut
+        return self._jobs.submit(self, executor, func, args)
 
     def set_default_executor(self, executor: concurrent.futures.Executor) -> None:
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             raise TypeError("executor must be ThreadPoolExecutor instance")
-        self._default_executor = executor
+        self._jobs.default = executor
 
     async def shutdown_default_executor(self, timeout: float | None = None) -> None:
         """Join the default executor's threads, waiting at most *timeout* seconds."""
-        self._executor_shutdown_called = True
-        executor = self._default_executor
-        if executor is None:
-            return
-        future: asyncio.Future[None] = self._thread_job_future()
-        # Joining the pool's threads blocks, so a helper thread does it.
-        thread = threading.Thread(target=self._join_executor, args=(executor, future))
-        thread.start()
-        try:
-            async with asyncio.timeout(timeout):
-                await future
-        except TimeoutError:
-            warnings.warn(
-                f"The executor did not finishing joining its threads within {timeout} seconds.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            executor.shutdown(wait=False)
-        else:
-            thread.join()
+        await self._jobs.shutdown_default(self, timeout)
 
-    def _join_executor(
-        self, executor: concurrent.futures.ThreadPoolExecutor, future: asyncio.Future[None]
-    ) -> None:
-        try:
-            executor.shutdown(wait=True)
-            if not self.is_closed():
-                self.call_soon_threadsafe(_set_result_unless_cancelled, future, None)
-        except Exception as ex:
-            if not self.is_closed() and not future.cancelled():
-                self.call_soon_threadsafe(future.set_exception, ex)
-        running = self._jobs_running
-        if running is not None:
-            running.discard(future)
+    @property
+    def _default_executor(self) -> concurrent.futures.ThreadPoolExecutor | None:
+        # asyncio's attribute, read by CPython's own tests (set_default_executor).
+        return self._jobs.default
 
 
 #: Real seconds a virtual-time loop polls while another thread looks busy.
 BUSY_THREAD_SLICE: Final = 0.002
-
-
-def _discard(running: set[object], token: object, _job: object) -> None:
-    """An executor job's done-callback (in its thread): its result was sent."""
-    running.discard(token)
-
-
-def _resolve(fut: asyncio.Future[Any], result: object, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is None:
-        fut.set_result(result)
-    else:
-        fut.set_exception(exc)
-
-
-def _set_result_unless_cancelled(fut: asyncio.Future[_T], result: _T) -> None:
-    if not fut.cancelled():
-        fut.set_result(result)
