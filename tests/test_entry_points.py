@@ -164,7 +164,7 @@ def test_install_without_a_policy_system(
     monkeypatch.delattr(asyncio.events, "_set_event_loop_policy", raising=False)
     monkeypatch.delattr(asyncio, "set_event_loop_policy")
     with pytest.raises(RuntimeError, match=r"loop_factory=tideloop.new_event_loop"):
-        tideloop._runner.install_policy()
+        tideloop._entry.install_policy()
 
 
 def test_policy_class_is_an_asyncio_policy() -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
+from ._entry import install, run
 from ._loop import Loop, new_event_loop
-from ._runner import install, run
 
 __all__ = [
     "LAG_BOUNDS",
@@ -34,7 +34,7 @@ def __getattr__(name: str) -> Any:
     # Built lazily: defining a policy subclass at import time would touch
     # names that Python 3.14 deprecates.
     if name == "EventLoopPolicy":
-        from ._runner import policy_class
+        from ._entry import policy_class
 
         return policy_class()
     raise AttributeError(f"module 'tideloop' has no attribute {name!r}")

@@ -17,7 +17,7 @@ import runpy
 import sys
 
 from . import __version__
-from ._runner import install_policy
+from ._entry import install_policy
 from ._stats import StatsCollector
 
 USAGE = """\

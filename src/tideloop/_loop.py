@@ -14,9 +14,9 @@ handed to whoever uses it (no component reaches into the Loop):
                                       bound to a read-only `LoopView` of the loop built here
     fds         _fdio/registry.py     FdRegistry: the poller's interest set, fd -> reader/
                                       writer handles, fd -> transport; the core's IoSource
-    resolver    _fdio/dns.py          Resolver: literal-address fast path, getaddrinfo
+    resolver    _fdio/resolver.py          Resolver: literal-address fast path, getaddrinfo
     signals     _signals.py           SignalWatcher: handlers, the wakeup pipe
-    children    _transports/children.py  ChildWatcher: pidfds (or a thread) reap children
+    children    _children.py  ChildWatcher: pidfds (or a thread) reap children
     listeners   _net/server.py        Listeners: accept retries, Unix socket files
 
 **Method groups** are where the public methods live, grouped by topic. Each
@@ -26,19 +26,21 @@ lower-layer groups whose methods it calls. The method resolution order is
 exactly this list (a test checks it):
 
     Loop                          here: builds the components
-    DatagramMethods               _net/datagram.py       create_datagram_endpoint
     ServerMethods                 _net/server.py         create_server, create_unix_server
     ConnectMethods                _net/connect.py        create_connection, create_unix_connection,
                                                          connect_accepted_socket
-    TransportMethods              _transports/factory.py start_tls, _make_socket_transport,
+    StreamMethods                 _transports/stream.py  _make_socket_transport,
                                                          _make_ssl_transport,
+                                                         _create_connection_transport
+    TlsMethods                    _transports/tls.py     start_tls
+    DatagramMethods               _transports/datagram.py create_datagram_endpoint,
                                                          _make_datagram_transport
     SendfileMethods               _transports/sendfile.py sock_sendfile, sendfile
     SubprocessMethods             _transports/subprocess.py subprocess_exec, subprocess_shell
     PipeMethods                   _transports/pipes.py   connect_read_pipe, connect_write_pipe
     SignalMethods                 _signals.py            add/remove_signal_handler
     SockMethods                   _fdio/sock.py          sock_recv, sock_sendall, sock_connect, ...
-    DnsMethods                    _fdio/dns.py           getaddrinfo, getnameinfo
+    DnsMethods                    _fdio/resolver.py      getaddrinfo, getnameinfo
     FdMethods                     _fdio/registry.py      add_reader, remove_reader, ...
     CoreLoop                      _core/coreloop.py      scheduling, the run phase, lifecycle,
                                                          debug; delegates to the executor, async
@@ -56,33 +58,35 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
+from ._children import ChildWatcher
 from ._core.clock import Clock, MonotonicClock
 from ._core.coreloop import CoreLoop
 from ._core.handles import Handle, ReadyQueue
 from ._core.interfaces import Schedule, Supervisor
-from ._fdio.dns import DnsMethods, Resolver
-from ._fdio.network import Network
 from ._fdio.registry import FdMethods, FdRegistry
+from ._fdio.resolver import DnsMethods, Resolver
 from ._fdio.sock import SockMethods
+from ._fdio.sockets import Network
 from ._net.connect import ConnectMethods
-from ._net.datagram import DatagramMethods
 from ._net.server import Listeners, ServerMethods
 from ._pollers import Poller, make_poller
 from ._signals import SignalMethods, SignalWatcher
-from ._transports.children import ChildWatcher
-from ._transports.factory import TransportMethods
+from ._transports.datagram import DatagramMethods
 from ._transports.pipes import PipeMethods
 from ._transports.sendfile import SendfileMethods
+from ._transports.stream import StreamMethods
 from ._transports.subprocess import SubprocessMethods
+from ._transports.tls import TlsMethods
 
 __all__ = ["Loop", "new_event_loop"]
 
 
 class Loop(
-    DatagramMethods,
     ServerMethods,
     ConnectMethods,
-    TransportMethods,
+    StreamMethods,
+    TlsMethods,
+    DatagramMethods,
     SendfileMethods,
     SubprocessMethods,
     PipeMethods,
@@ -100,7 +104,7 @@ class Loop(
     monotonic time. *schedule* (see ``tideloop._core.coreloop.Schedule``; e.g.
     ``tideloop.testing.Perturber``) varies the orderings asyncio leaves open;
     None means tideloop's fixed order. *network* (see
-    ``tideloop._fdio.network``; e.g. ``tideloop.testing.SimNetwork``)
+    ``tideloop._fdio.sockets``; e.g. ``tideloop.testing.SimNetwork``)
     supplies the sockets the loop creates, names and readiness; None means
     the kernel's. *supervisor* (see ``tideloop._core.interfaces.Supervisor``)
     watches a virtual-time run: busy threads, deadlocks; None means none.

@@ -1,8 +1,9 @@
 """The layering rules of ``docs/architecture.md``, checked on the source.
 
-1. Imports flow one way: pollers <- core <- fd I/O <- signals, transports <-
-   net <- the top (`_loop`, `_runner`, ...). Each package may import only the
-   packages listed for it in `ALLOWED`.
+1. Imports flow one way: versions <- pollers <- core <- fd I/O <- the
+   watchers (signals, children) <- transports <- net <- the top (`_loop`,
+   `_entry`, ...). Each package may import only the packages listed for it
+   in `ALLOWED`.
 2. No upward calls through ``self``: `Loop` is `CoreLoop` plus stateless
    method groups. Every attribute a group (or the core) uses on ``self``
    must be defined by the class itself, by one of its bases, or be a public
@@ -32,15 +33,19 @@ from tideloop._core.coreloop import CoreLoop
 
 SRC = Path(tideloop.__file__).parent
 
+#: What each layer may import. ``_versions`` (what the running Python's
+#: asyncio does where releases differ) is below all of them.
 ALLOWED: dict[str, set[str]] = {
-    "_pollers": set(),
-    "_core": {"_pollers"},
-    "_fdio": {"_core", "_pollers"},
-    "_signals": {"_fdio", "_core", "_pollers"},
-    "_transports": {"_fdio", "_core", "_pollers"},
-    "_net": {"_transports", "_fdio", "_core", "_pollers"},
+    "_versions": set(),
+    "_pollers": {"_versions"},
+    "_core": {"_pollers", "_versions"},
+    "_fdio": {"_core", "_pollers", "_versions"},
+    "_signals": {"_fdio", "_core", "_pollers", "_versions"},
+    "_children": {"_fdio", "_core", "_pollers", "_versions"},
+    "_transports": {"_children", "_fdio", "_core", "_pollers", "_versions"},
+    "_net": {"_transports", "_children", "_fdio", "_core", "_pollers", "_versions"},
 }
-TOP = {"_loop", "_runner", "__init__", "__main__", "demo", "testing", "_version", "_stats"}
+TOP = {"_loop", "_entry", "__init__", "__main__", "demo", "testing", "_version", "_stats"}
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of
 #: asyncio's API that are not built yet. The list only shrinks.
@@ -428,3 +433,93 @@ def test_a_planted_private_hook_in_testing_is_caught(tmp_path: Path) -> None:
         "reads loop._signals",
         "reads loop._signals._sig_rfd",
     ]
+
+
+# ----------------------------------------------------------------------
+# No import circles, not even type-only ones
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The tideloop modules *path* imports at module level, ``if TYPE_CHECKING:`` included."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join([*parts[: len(parts) - node.level + 1], *filter(None, [base])])
+                for alias in node.names:
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+            elif isinstance(node, ast.If | ast.Try):
+                visit(node.body)
+                visit(node.orelse)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return {m for m in found if m in modules and m != name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of *graph* with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            connect(v)
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    paths = {module_name(p): p for p in SRC.rglob("*.py")}
+    graph = {name: module_imports(path, set(paths)) for name, path in paths.items()}
+    # The checker sees imports under `if TYPE_CHECKING:` (interfaces.py names the clock so).
+    assert "tideloop._core.clock" in graph["tideloop._core.interfaces"]
+    assert import_cycles(graph) == []
+
+
+def test_a_planted_type_only_cycle_is_caught() -> None:
+    assert import_cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_version_facts_live_in_one_module() -> None:
+    """Only ``_versions.py`` tests the interpreter's version (principle 1's one place)."""
+    found = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.name != "_versions.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute) and ast.unparse(node) == "sys.version_info"
+    ]
+    assert found == [p for p in found if p.startswith("testing/pytest_plugin.py")], found

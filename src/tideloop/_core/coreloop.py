@@ -83,6 +83,8 @@ from contextvars import copy_context
 from time import monotonic as _real_time
 from typing import TYPE_CHECKING, Any, Final, TypeVar, TypeVarTuple, Unpack, cast
 
+from tideloop._versions import CREATE_TASK_MODE, CT_KWARGS, CT_LEGACY
+
 from . import debug as _debug
 from .asyncgens import AsyncGenerators
 from .clock import Clock, PollFn
@@ -109,31 +111,6 @@ _Ts = TypeVarTuple("_Ts")
 
 #: asyncio's MAXIMUM_SELECT_TIMEOUT: never block longer than a day at a time.
 MAX_POLL_TIMEOUT: Final = 24 * 3600.0
-
-# How create_task() hands its keywords to a task factory differs between
-# releases, patch releases included; follow the running Python's stdlib,
-# read off its create_task's code object rather than a version number:
-# - LEGACY (3.11 .. early 3.13): create_task(coro, *, name=None, context=None);
-#   a factory gets (loop, coro) or (loop, coro, context=...), then the task
-#   is renamed.
-# - NAMED_KWARGS (later 3.13 releases): the same plus **kwargs, which go to
-#   the factory with context; name still does not, the task is renamed.
-# - KWARGS (3.14+): create_task(coro, **kwargs); every keyword, name
-#   included, goes to the factory (or to Task) and nothing is renamed.
-_CT_LEGACY: Final = 0
-_CT_NAMED_KWARGS: Final = 1
-_CT_KWARGS: Final = 2
-
-
-def _create_task_mode() -> int:
-    code = asyncio.BaseEventLoop.create_task.__code__
-    if not code.co_flags & 0x08:  # CO_VARKEYWORDS
-        return _CT_LEGACY
-    kwonly = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
-    return _CT_NAMED_KWARGS if "name" in kwonly else _CT_KWARGS
-
-
-_CREATE_TASK_MODE: Final = _create_task_mode()
 
 
 def trim(stack: list[Any], own: int, others: int = 0) -> None:
@@ -880,7 +857,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         if factory is None and not kwargs:
             # The common case: no name, context or factory to consider.
             task = asyncio.Task(c, loop=self)
-        elif _CREATE_TASK_MODE == _CT_KWARGS:
+        elif CREATE_TASK_MODE == CT_KWARGS:
             # 3.14 semantics: every keyword goes to the factory or to Task.
             if factory is not None:
                 task = factory(self, coro, **kwargs)
@@ -889,7 +866,7 @@ class CoreLoop(asyncio.AbstractEventLoop):
         else:
             name = kwargs.pop("name", None)
             context = kwargs.pop("context", None)
-            if kwargs and _CREATE_TASK_MODE == _CT_LEGACY:
+            if kwargs and CREATE_TASK_MODE == CT_LEGACY:
                 raise TypeError(
                     f"{type(self).__name__}.create_task() got an unexpected keyword "
                     f"argument {next(iter(kwargs))!r}"

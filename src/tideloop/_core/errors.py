@@ -28,12 +28,13 @@ SystemExit and KeyboardInterrupt, which always propagate.
 from __future__ import annotations
 
 import asyncio
-import sys
 import traceback
 from asyncio import format_helpers
 from asyncio.log import logger
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
+from tideloop._versions import FORMAT_CALLBACK_DEBUG, HANDLER_IN_CONTEXT
 
 __all__ = [
     "ExceptionHandling",
@@ -43,10 +44,6 @@ __all__ = [
     "log_context",
     "logger",
 ]
-
-# 3.12 started running a custom exception handler in the context of the
-# handle/task it reports on.
-_HANDLER_IN_CONTEXT = sys.version_info >= (3, 12)
 
 
 def callback_error_context(
@@ -61,8 +58,8 @@ def callback_error_context(
     callback = getattr(handle, "_callback", None)
     args = handle._args
     try:
-        if sys.version_info >= (3, 13):
-            cb = format_helpers._format_callback_source(callback, args, debug=debug)
+        if FORMAT_CALLBACK_DEBUG:
+            cb = format_helpers._format_callback_source(callback, args, debug=debug)  # type: ignore[call-arg]  # 3.13+
         else:
             cb = format_helpers._format_callback_source(callback, args)
     except Exception:  # a private helper: never let it break error reporting
@@ -158,7 +155,7 @@ class ExceptionHandling:
             return
         try:
             ctx = None
-            if _HANDLER_IN_CONTEXT:
+            if HANDLER_IN_CONTEXT:
                 owner = context.get("task")
                 if owner is None:
                     owner = context.get("future")

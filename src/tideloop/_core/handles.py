@@ -38,6 +38,8 @@ from collections.abc import Callable
 from contextvars import copy_context
 from typing import Any, Final
 
+from tideloop._versions import STDLIB_THREADSAFE_HANDLE
+
 from .interfaces import HandleOwner, ReadyQueue
 
 __all__ = [
@@ -157,7 +159,7 @@ new_handle_fields: Final = (
 
 # Newer Pythons (3.12.8+, 3.13.1+) give call_soon_threadsafe() a handle whose
 # cancel() takes a lock, so a cancel from another thread cannot race the run.
-_stdlib_threadsafe: Any = getattr(asyncio.events, "_ThreadSafeHandle", None)
+_stdlib_threadsafe: Any = STDLIB_THREADSAFE_HANDLE
 
 #: What call_soon_threadsafe() constructs: that class where it exists, else
 #: our Handle.

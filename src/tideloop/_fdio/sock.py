@@ -42,16 +42,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import socket
+import stat
 import sys
 from typing import Any, Final, TypeVar
 
 from tideloop._core.coreloop import CoreLoop
+from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
 
-from .dns import HAS_IPV6, Resolver
-from .network import Network
 from .registry import FdRegistry, fd_of
+from .resolver import HAS_IPV6, Resolver
+from .sockets import Network
 
 _R = TypeVar("_R")
 
@@ -92,6 +95,32 @@ class _SendallState:
     def __init__(self, view: memoryview, pos: int) -> None:
         self.view = view
         self.pos = pos
+
+
+def set_reuseport(sock: socket.socket) -> None:
+    """SO_REUSEPORT on *sock*, with asyncio's errors where it is missing."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ValueError("reuse_port not supported by socket module")
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    except OSError:
+        raise ValueError(  # noqa: B904 (asyncio's message, chained implicitly)
+            "reuse_port not supported by socket module, SO_REUSEPORT defined but not implemented."
+        )
+
+
+def remove_stale_unix_socket(path: str | bytes) -> None:
+    """Remove *path* if it is a socket file (left by an earlier run); a blocking call."""
+    if path[0] in (0, "\x00"):
+        return  # an abstract socket: no file
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        # The directory may only let us create the socket.
+        logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
 
 
 class SockMethods(CoreLoop):

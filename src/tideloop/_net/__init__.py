@@ -1,7 +1,7 @@
-"""The net layer: connecting and serving.
+"""The net layer: opening stream sockets, by connecting and by serving.
 
 Layer: net, above transports (`tideloop._transports`). Imports flow down
-only: never from signals or the public loop module.
+only: never from the public loop module.
 
     connect.py  ConnectMethods: create_connection (RFC 8305), Unix, accepted sockets
     server.py   Server; Listeners (component); ServerMethods: create_server,

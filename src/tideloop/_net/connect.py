@@ -32,24 +32,22 @@ import asyncio
 import itertools
 import os
 import socket
-import sys
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any
 
 from tideloop._core.errors import logger
-from tideloop._fdio.dns import AddrInfo, Resolver
-from tideloop._fdio.network import Network, new_socket
+from tideloop._fdio.resolver import AddrInfo, Resolver
 from tideloop._fdio.sock import check_ssl_socket
-from tideloop._transports.factory import TransportMethods
-
-_PY312: Final = sys.version_info >= (3, 12)
+from tideloop._fdio.sockets import Network, new_socket
+from tideloop._transports.stream import StreamMethods
+from tideloop._versions import PY312
 
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
 
 def _bind_error_text(exc: OSError) -> str:
     # 3.12 switched from strerror to str(exc) in this message.
-    if _PY312:
+    if PY312:
         return str(exc).lower()
     return (exc.strerror or str(exc)).lower()
 
@@ -76,7 +74,7 @@ def interleave_addrinfos(
     return reordered
 
 
-class ConnectMethods(TransportMethods):
+class ConnectMethods(StreamMethods):
     """``create_connection``, ``create_unix_connection``, ``connect_accepted_socket``."""
 
     _resolver: Resolver
@@ -104,7 +102,7 @@ class ConnectMethods(TransportMethods):
         interleave: int | None = None,
         all_errors: bool | None = None,
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
-        if all_errors is not None and not _PY312:
+        if all_errors is not None and not PY312:
             raise TypeError("create_connection() got an unexpected keyword argument 'all_errors'")
         if server_hostname is not None and not ssl:
             raise ValueError("server_hostname is only meaningful with ssl")

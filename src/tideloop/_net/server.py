@@ -59,7 +59,6 @@ import functools
 import itertools
 import os
 import socket
-import stat
 import sys
 import weakref
 from asyncio import constants, trsock
@@ -67,41 +66,17 @@ from typing import Any, Final
 
 from tideloop._core.errors import logger
 from tideloop._core.handles import Handle
-from tideloop._fdio.dns import HAS_IPV6, AddrInfo, Resolver
-from tideloop._fdio.network import Network, new_socket, simulated
 from tideloop._fdio.registry import FdRegistry
-from tideloop._fdio.sock import check_ssl_socket
+from tideloop._fdio.resolver import HAS_IPV6, AddrInfo, Resolver
+from tideloop._fdio.sock import check_ssl_socket, remove_stale_unix_socket, set_reuseport
+from tideloop._fdio.sockets import Network, new_socket, simulated
 from tideloop._transports.base import TRANSPORT_CONTEXT
-from tideloop._transports.factory import TransportMethods
+from tideloop._transports.stream import StreamMethods
+from tideloop._versions import BIND_MESSAGE_STRERROR, BIND_SKIPS_EADDRNOTAVAIL, PY312, PY313
 
 from .connect import ProtocolFactory
 
-_PY312: Final = sys.version_info >= (3, 12)
-_PY313: Final = sys.version_info >= (3, 13)
-# How create_server() reports a failed bind changed in patch releases (and
-# PyPy's 3.11 stdlib has one change but not the other), so both are read off
-# the running stdlib's code rather than a version number:
-# - does it skip an address whose bind fails with EADDRNOTAVAIL (the family
-#   is probably not enabled, bpo-30945), raising "could not bind on any
-#   address" only when none is left? (3.13+, PyPy's 3.11; not 3.11.7, 3.12.1);
-# - does its message end with err.strerror (3.11, 3.12.1, PyPy) or with
-#   str(err), which starts with "[errno N]" (3.13+)?
-_CREATE_SERVER_NAMES: Final = asyncio.BaseEventLoop.create_server.__code__.co_names
-_BIND_SKIPS_EADDRNOTAVAIL: Final = "EADDRNOTAVAIL" in _CREATE_SERVER_NAMES
-_BIND_MESSAGE_STRERROR: Final = "strerror" in _CREATE_SERVER_NAMES
-
 _OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-def _set_reuseport(sock: socket.socket) -> None:
-    if not hasattr(socket, "SO_REUSEPORT"):
-        raise ValueError("reuse_port not supported by socket module")
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    except OSError:
-        raise ValueError(  # noqa: B904 (asyncio's message, chained implicitly)
-            "reuse_port not supported by socket module, SO_REUSEPORT defined but not implemented."
-        )
 
 
 class Server(asyncio.AbstractServer):
@@ -139,13 +114,13 @@ class Server(asyncio.AbstractServer):
     # close_clients); earlier versions count, and their _attach()/_detach()
     # take no argument (CPython's own tests call them so).
     def _attach(self, transport: asyncio.BaseTransport | None = None) -> None:
-        if transport is not None and _PY313:
+        if transport is not None and PY313:
             self._clients.add(transport)
         else:
             self._active_count += 1
 
     def _detach(self, transport: asyncio.BaseTransport | None = None) -> None:
-        if transport is not None and _PY313:
+        if transport is not None and PY313:
             self._clients.discard(transport)
         else:
             self._active_count -= 1
@@ -207,7 +182,7 @@ class Server(asyncio.AbstractServer):
         if self._active() == 0:
             self._wakeup()
 
-    if _PY313:
+    if PY313:
 
         def close_clients(self) -> None:
             for transport in self._clients.copy():
@@ -234,7 +209,7 @@ class Server(asyncio.AbstractServer):
         except asyncio.CancelledError:
             try:
                 self.close()
-                if _PY313:
+                if PY313:
                     # wait_closed() waits for the connections too: close
                     # them, or a client that hangs on keeps this cancelled
                     # task waiting (gh-123720; asyncio before 3.13.x hangs:
@@ -250,7 +225,7 @@ class Server(asyncio.AbstractServer):
     async def wait_closed(self) -> None:
         # 3.12+: released once the server is closed and its connections are
         # gone, in either order. 3.11 returned at once if already closed.
-        if self._waiters is None or (not _PY312 and self._sockets is None):
+        if self._waiters is None or (not PY312 and self._sockets is None):
             return
         waiter: asyncio.Future[None] = self._loop.create_future()
         self._waiters.append(waiter)
@@ -274,20 +249,6 @@ class Listeners:
         self.unix_inodes.clear()
 
 
-def remove_stale_unix_socket(path: str | bytes) -> None:
-    """Remove *path* if it is a socket file (left by an earlier run); a blocking call."""
-    if path[0] in (0, "\x00"):
-        return  # an abstract socket: no file
-    try:
-        if stat.S_ISSOCK(os.stat(path).st_mode):
-            os.remove(path)
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        # The directory may only let us create the socket.
-        logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
-
-
 def bind_unix_path(sock: socket.socket, path: str | bytes | None, inode: bool) -> int | None:
     """Bind *sock* to *path* (if given), removing a stale socket file first;
     with *inode*, the inode of the file *sock* is bound to (None if none).
@@ -306,7 +267,7 @@ def bind_unix_path(sock: socket.socket, path: str | bytes | None, inode: bool) -
         return None
 
 
-class ServerMethods(TransportMethods):
+class ServerMethods(StreamMethods):
     """``create_server``, ``create_unix_server``; accepting connections."""
 
     _fds: FdRegistry
@@ -537,7 +498,7 @@ class ServerMethods(TransportMethods):
         ssl_shutdown_timeout: float | None = None,
         start_serving: bool = True,
     ) -> Server:
-        if keep_alive is not None and not _PY313:
+        if keep_alive is not None and not PY313:
             raise TypeError("create_server() got an unexpected keyword argument 'keep_alive'")
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
@@ -633,7 +594,7 @@ class ServerMethods(TransportMethods):
                 if reuse_address:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
                 if reuse_port:
-                    _set_reuseport(sock)
+                    set_reuseport(sock)
                 if keep_alive:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, True)
                 if HAS_IPV6 and af == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
@@ -642,12 +603,12 @@ class ServerMethods(TransportMethods):
                 try:
                     sock.bind(sa)
                 except OSError as err:
-                    if _BIND_MESSAGE_STRERROR:
+                    if BIND_MESSAGE_STRERROR:
                         text = (err.strerror or str(err)).lower()
                     else:
                         text = str(err).lower()
                     msg = f"error while attempting to bind on address {sa!r}: {text}"
-                    if _BIND_SKIPS_EADDRNOTAVAIL and err.errno == errno.EADDRNOTAVAIL:
+                    if BIND_SKIPS_EADDRNOTAVAIL and err.errno == errno.EADDRNOTAVAIL:
                         # The family is probably not enabled (bpo-30945).
                         sockets.pop()
                         sock.close()
@@ -682,12 +643,12 @@ class ServerMethods(TransportMethods):
         start_serving: bool = True,
         cleanup_socket: bool | None = None,
     ) -> Server:
-        if cleanup_socket is not None and not _PY313:
+        if cleanup_socket is not None and not PY313:
             raise TypeError(
                 "create_unix_server() got an unexpected keyword argument 'cleanup_socket'"
             )
         if cleanup_socket is None:
-            cleanup_socket = _PY313
+            cleanup_socket = PY313
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
         if ssl_handshake_timeout is not None and not ssl:

@@ -7,24 +7,38 @@ then poll) or the one named by the caller.
 
 from __future__ import annotations
 
+import importlib
 import select
-import sys
+from typing import Final
 
 from .base import READ, READER_BITS, WRITE, WRITER_BITS, Poller
 
-__all__ = ["READ", "READER_BITS", "WRITE", "WRITER_BITS", "Poller", "available", "make_poller"]
+__all__ = [
+    "POLLERS",
+    "READ",
+    "READER_BITS",
+    "WRITE",
+    "WRITER_BITS",
+    "Poller",
+    "available",
+    "make_poller",
+]
+
+
+#: The pollers, best first: (name, what the ``select`` module must have for
+#: it, the module of this package that holds it, its class). The one place
+#: that says which mechanism exists where: `available` and `make_poller`
+#: both read it.
+POLLERS: Final = (
+    ("epoll", "epoll", "epoll", "EpollPoller"),  # Linux
+    ("kqueue", "kqueue", "kqueue", "KqueuePoller"),  # the BSDs and macOS
+    ("poll", "poll", "poll", "PollPoller"),  # every POSIX system
+)
 
 
 def available() -> list[str]:
     """Names of the pollers this platform supports, best first."""
-    names = []
-    if hasattr(select, "epoll"):
-        names.append("epoll")
-    if hasattr(select, "kqueue"):
-        names.append("kqueue")
-    if hasattr(select, "poll"):
-        names.append("poll")
-    return names
+    return [name for name, needs, _, _ in POLLERS if hasattr(select, needs)]
 
 
 _POLLER_METHODS = ("fileno", "register", "modify", "unregister", "poll", "close")
@@ -46,14 +60,6 @@ def make_poller(name: Poller | str | None = None) -> Poller:
         name = names[0]
     if name not in names:
         raise ValueError(f"unknown or unavailable poller {name!r}; this platform has {names}")
-    if name == "epoll" and sys.platform == "linux":
-        from .epoll import EpollPoller
-
-        return EpollPoller()
-    if name == "kqueue" and sys.platform != "linux" and sys.platform != "win32":
-        from .kqueue import KqueuePoller
-
-        return KqueuePoller()
-    from .poll import PollPoller
-
-    return PollPoller()
+    module, cls = next((m, c) for n, _, m, c in POLLERS if n == name)
+    poller: Poller = getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+    return poller

@@ -39,7 +39,7 @@ import collections
 import contextvars
 import socket
 import warnings
-from asyncio import selector_events, trsock
+from asyncio import trsock
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -48,6 +48,7 @@ from tideloop._core.handles import Handle
 from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import WRITE_LIMIT
+from tideloop._versions import TRANSPORT_CONTEXT as _TRANSPORT_CONTEXT
 
 
 def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
@@ -64,14 +65,9 @@ def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
             extra["peername"] = None
 
 
-#: Python 3.15 (gh-140947): a socket transport is made with a context (a copy
-#: of its creator's, or of its server's) and runs every callback of its
-#: protocol in it; before, each reader or writer registration and each
-#: call_soon copied its caller's context. Read off the stdlib's code, which
-#: is the spec.
-TRANSPORT_CONTEXT: Final = (
-    "context" in selector_events._SelectorTransport.__init__.__code__.co_varnames  # type: ignore[attr-defined]
-)
+#: Python 3.15 (gh-140947): transports run their protocol's callbacks in a
+#: context of their own (see `tideloop._versions`).
+TRANSPORT_CONTEXT: Final = _TRANSPORT_CONTEXT
 
 
 def bounded_head(

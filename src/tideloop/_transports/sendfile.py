@@ -58,9 +58,9 @@ from typing import Any, Final
 from tideloop._core.coreloop import CoreLoop
 from tideloop._core.handles import Handle
 from tideloop._core.interfaces import LoopServices
-from tideloop._fdio.network import simulated
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import check_ssl_socket
+from tideloop._fdio.sockets import simulated
 
 from .stream import SocketTransport
 

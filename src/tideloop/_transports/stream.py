@@ -64,21 +64,28 @@ import collections
 import contextvars
 import os
 import socket
+import ssl as _ssl
 from asyncio import constants
 from asyncio.futures import _set_result_unless_cancelled  # type: ignore[attr-defined]
 from collections.abc import Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
+from tideloop._core.coreloop import CoreLoop
 from tideloop._core.errors import logger
 from tideloop._core.interfaces import LoopServices
 from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import BOUNDED_WRITES
+from tideloop._versions import WRITE_TYPE_ERROR, WRITELINES_NAME
 
-from .base import ConnectionTracker, WriteFlowControl, bounded_head, socket_extra
+from .base import TRANSPORT_CONTEXT, ConnectionTracker, WriteFlowControl, bounded_head, socket_extra
+from .tls import SSLTransport, TLSProtocol
 
-if TYPE_CHECKING:
-    from .sendfile import NativeSendfile
+
+class Abortable(Protocol):
+    """A transfer that owns the transport's fd writer (``sendfile``'s `NativeSendfile`)."""
+
+    def abort(self, exc: BaseException) -> None: ...
 
 
 #: ``_read_mode`` values: how `SocketTransport._read_ready` reads (see the
@@ -116,32 +123,10 @@ _SHUT_WR: Final = socket.SHUT_WR
 _TCP_FAMILIES: Final = (socket.AF_INET, getattr(socket, "AF_INET6", socket.AF_INET))
 
 
-def _stdlib_write_type_error() -> str:
-    """The start of the stdlib's TypeError message for write(non-bytes).
-
-    A patch release changed it (3.13.x: "a bytes-like object" became "a
-    bytes, bytearray, or memoryview object"); users and tests match on it,
-    so it is read off the running stdlib's own write().
-    """
-    from asyncio import selector_events
-
-    write = selector_events._SelectorSocketTransport.write  # type: ignore[attr-defined]
-    for const in write.__code__.co_consts:
-        if isinstance(const, str) and const.startswith("data argument must be"):
-            return const
-    return "data argument must be a bytes-like object, not "
-
-
-_WRITE_TYPE_ERROR: Final = _stdlib_write_type_error()
-
-#: How writelines() names itself when it refuses: 3.12 gave asyncio's socket
-#: transport a writelines() of its own; before, it is WriteTransport's, which
-#: joins the data and calls write(), so the messages name write().
-_WRITELINES: Final = (
-    "writelines"
-    if "writelines" in vars(asyncio.selector_events._SelectorSocketTransport)  # type: ignore[attr-defined]
-    else "write"
-)
+#: The stdlib's words for write(non-bytes), and writelines()' own name in
+#: its errors (see `tideloop._versions`).
+_WRITE_TYPE_ERROR: Final = WRITE_TYPE_ERROR
+_WRITELINES: Final = WRITELINES_NAME
 
 
 def set_nodelay(sock: socket.socket) -> None:
@@ -203,7 +188,7 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
         self.set_protocol(protocol)  # also sets the read mode and its switch point
         self._eof = False
         self._empty_waiter: asyncio.Future[None] | None = None
-        self._sendfile_op: NativeSendfile | None = None
+        self._sendfile_op: Abortable | None = None
         if server is not None:
             server._attach(self)
         fds.transports[fd] = self
@@ -505,3 +490,114 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
 
     def _reset_empty_waiter(self) -> None:
         self._empty_waiter = None
+
+
+class StreamMethods(CoreLoop):
+    """The one place the loop turns a connected socket into a stream transport.
+
+    ``_make_socket_transport`` (TCP and Unix streams), ``_make_ssl_transport``
+    (a `TLSProtocol` installed as the protocol of a stream transport, exactly
+    as asyncio layers its ``SSLProtocol``; the application gets the TLS
+    protocol's app-facing transport) and ``_create_connection_transport``.
+    The names are asyncio's, which asyncio-aware code and tests call. The net
+    layer's connect and accept paths and ``connect_accepted_socket`` hand
+    their sockets here; every transport is handed the components it uses
+    (the core loop, the fd registry, its server as a `ConnectionTracker`).
+    """
+
+    _fds: FdRegistry
+
+    def _make_socket_transport(
+        self,
+        sock: socket.socket,
+        protocol: asyncio.BaseProtocol,
+        waiter: asyncio.Future[Any] | None = None,
+        *,
+        extra: dict[str, Any] | None = None,
+        server: ConnectionTracker | None = None,
+        context: contextvars.Context | None = None,
+    ) -> SocketTransport:
+        self._fds.check_no_transport(sock)
+        return SocketTransport(
+            self, sock, protocol, waiter, extra, server, fds=self._fds, context=context
+        )
+
+    def _make_ssl_transport(
+        self,
+        rawsock: socket.socket,
+        protocol: asyncio.BaseProtocol,
+        sslcontext: _ssl.SSLContext | None,
+        waiter: asyncio.Future[Any] | None = None,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        extra: dict[str, Any] | None = None,
+        server: ConnectionTracker | None = None,
+        ssl_handshake_timeout: float | None = constants.SSL_HANDSHAKE_TIMEOUT,
+        ssl_shutdown_timeout: float | None = constants.SSL_SHUTDOWN_TIMEOUT,
+        context: contextvars.Context | None = None,
+    ) -> SSLTransport:
+        tls = TLSProtocol(
+            self,
+            protocol,
+            sslcontext,
+            waiter,
+            server_side,
+            server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )
+        self._make_socket_transport(rawsock, tls, extra=extra, server=server, context=context)
+        app_transport = tls._app_transport
+        assert app_transport is not None
+        return app_transport
+
+    async def _create_connection_transport(  # noqa: PLR0917 (asyncio's signature)
+        self,
+        sock: socket.socket,
+        protocol_factory: Any,
+        ssl: Any,
+        server_hostname: str | None,
+        server_side: bool = False,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+        context: contextvars.Context | None = None,
+    ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        # The socket is closed if no transport comes to own it, whatever
+        # failed (gh-153133; asyncio before 3.14 closed it only when the TLS
+        # transport failed): the caller's socket included.
+        try:
+            sock.setblocking(False)
+            if TRANSPORT_CONTEXT and context is None:
+                # 3.15: the transport keeps a copy of its creator's context.
+                context = contextvars.copy_context()
+            protocol = protocol_factory()
+            waiter: asyncio.Future[None] = self.create_future()
+            transport: asyncio.Transport
+            if ssl:
+                sslcontext = None if isinstance(ssl, bool) else ssl
+                transport = self._make_ssl_transport(
+                    sock,
+                    protocol,
+                    sslcontext,
+                    waiter,
+                    server_side=server_side,
+                    server_hostname=server_hostname,
+                    ssl_handshake_timeout=ssl_handshake_timeout,
+                    ssl_shutdown_timeout=ssl_shutdown_timeout,
+                    context=context,
+                )
+            else:
+                transport = self._make_socket_transport(sock, protocol, waiter, context=context)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            await waiter
+        except BaseException:
+            transport.close()
+            # Break the cycle frame -> waiter -> exception -> traceback ->
+            # frame, which would keep the transport alive (gh-159049).
+            del waiter, transport, protocol, sock
+            raise
+        return transport, protocol

@@ -61,9 +61,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from tideloop._children import HAS_WAITID, ChildWatcher, waitid_exited
 from tideloop._core.errors import logger
 
-from .children import HAS_WAITID, ChildWatcher, waitid_exited
 from .pipes import PipeMethods
 
 _FD = int

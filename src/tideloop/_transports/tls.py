@@ -109,6 +109,8 @@ from asyncio.transports import _FlowControlMixin
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from tideloop._core.coreloop import CoreLoop
+
 __all__ = ["SSLTransport", "TLSProtocol", "create_transport_context", "start_tls"]
 
 # TLSProtocol._state
@@ -1261,3 +1263,29 @@ async def start_tls(
         del waiter, tls, lower, transport
         raise
     return tls._app_transport
+
+
+class TlsMethods(CoreLoop):
+    """``start_tls``: a TLS layer put between a stream transport and its protocol."""
+
+    async def start_tls(
+        self,
+        transport: asyncio.BaseTransport,
+        protocol: asyncio.BaseProtocol,
+        sslcontext: ssl.SSLContext,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> asyncio.Transport | None:
+        return await start_tls(
+            self,
+            transport,
+            protocol,
+            sslcontext,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+        )

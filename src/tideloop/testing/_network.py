@@ -1,6 +1,6 @@
 """SimNetwork: hosts, TCP, UDP, Unix sockets and faults, simulated inside one loop, from a seed.
 
-Layer: testing. `SimNetwork` is a ``tideloop._fdio.network.Network``: the loop
+Layer: testing. `SimNetwork` is a ``tideloop._fdio.sockets.Network``: the loop
 (``tideloop.testing.new_event_loop(network=net)``) asks it for every socket
 it creates to connect or to serve, for names, and for readiness, and hands
 it the sockets a program made itself (`SimNetwork.adopt`). It answers with
@@ -306,7 +306,7 @@ class SimSocket(socket.socket):
     """
 
     __slots__ = ()
-    #: Read by the loop (``tideloop._fdio.network.simulated``): no os.sendfile here.
+    #: Read by the loop (``tideloop._fdio.sockets.simulated``): no os.sendfile here.
     _tideloop_simulated: Final = True
 
     def __init__(  # noqa: PLR0917 (socket.socket's three, plus the simulation's)
@@ -611,7 +611,7 @@ class SimNetwork:
         #: What happened, in order: (virtual time, event, from host, to host, detail).
         self.log: list[tuple[float, str, str, str, str]] = []
 
-    # -- the loop's side (tideloop._fdio.network.Network) -----------------
+    # -- the loop's side (tideloop._fdio.sockets.Network) -----------------
 
     def is_simulated(self, fd: int) -> bool:
         """Whether *fd* is one of this network's simulated sockets, open now."""

@@ -83,7 +83,7 @@ from typing import Any
 import pytest
 from _pytest.runner import runtestprotocol
 
-from tideloop._runner import _policy_base
+from tideloop._entry import _policy_base
 
 from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class

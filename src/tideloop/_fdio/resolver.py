@@ -39,7 +39,7 @@ from tideloop._core.coreloop import CoreLoop
 from tideloop._core.errors import logger
 from tideloop._core.interfaces import LoopServices
 
-from .network import Network
+from .sockets import Network
 
 AddrInfo = tuple[Any, ...]  # (family, type, proto, canonname, sockaddr)
 

@@ -1,6 +1,7 @@
 """ChildWatcher: learns when a child process exits, and reaps it.
 
-Layer: transports. A component: the Loop builds one, hands it the core loop
+Layer: watchers, beside signals (the fd layer below, the transports above).
+A component, not a transport: the Loop builds one, hands it the core loop
 and the fd registry, and owns it (it is closed with the loop). The
 subprocess transport asks it to `watch` each child it starts.
 
