@@ -42,9 +42,12 @@ exactly this list (a test checks it):
     SockMethods                   _fdio/sock.py          sock_recv, sock_sendall, sock_connect, ...
     DnsMethods                    _fdio/resolver.py      getaddrinfo, getnameinfo
     FdMethods                     _fdio/registry.py      add_reader, remove_reader, ...
-    CoreLoop                      _core/coreloop.py      scheduling, the run phase, lifecycle,
-                                                         debug; delegates to the executor, async
+    CoreLoop                      _core/coreloop.py      construction, run_until_complete, close,
+                                                         tasks; delegates to the executor, async
                                                          generator, error and metrics components
+    Scheduler                     _core/scheduler.py     call_soon & co, the run phase, run_forever,
+                                                         stop, debug (a native twin goes first
+                                                         where built)
 
 `CoreLoop` is the only class besides `Loop` with an ``__init__``. Every
 method of `asyncio.AbstractEventLoop` is provided.

@@ -30,6 +30,7 @@ import pytest
 
 import tideloop
 from tideloop._core.coreloop import CoreLoop
+from tideloop._core.scheduler import Scheduler
 
 SRC = Path(tideloop.__file__).parent
 
@@ -174,7 +175,7 @@ def upward_uses(cls: type, tree: ast.AST, mro: list[type]) -> list[str]:
     own_bases = [c for c in cls.__mro__ if c.__module__.startswith("tideloop.")]
     core_attrs = core_instance_attributes()
     for name, line, store in self_attributes(tree):
-        if store and cls is not CoreLoop and cls is not tideloop.Loop:
+        if store and cls not in (CoreLoop, Scheduler, tideloop.Loop):
             problems.append(f"{cls.__name__}:{line} assigns self.{name}: groups hold no state")
             continue
         if any(defines(c, name) for c in own_bases) or name in core_attrs:
