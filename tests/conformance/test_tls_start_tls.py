@@ -14,28 +14,17 @@ from typing import Any
 import pytest
 
 from tls_support import (
-    ROUTES,
     WAIT,
     Certs,
     Echo,
     Recorder,
     Route,
     close_server,
+    connect_tls,
     first,
-    make_certs,
     payload,
     port_of,
 )
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certs:
-    return make_certs()
-
-
-@pytest.fixture(params=ROUTES)
-def tls(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop) -> Route:
-    return Route(request.param, loop)
 
 
 class StartTLSServer(asyncio.Protocol):
@@ -261,7 +250,6 @@ def test_start_tls_handshake_timeout(tls: Route, certs: Certs) -> None:
 
 def test_tls_over_tls(tls: Route, certs: Certs) -> None:
     """start_tls on a TLS transport: the inner layer is a BufferedProtocol of the outer."""
-    loop = tls.loop
     inner_server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     certs.ca.issue_cert("localhost").configure_cert(inner_server)
 
@@ -273,13 +261,7 @@ def test_tls_over_tls(tls: Route, certs: Certs) -> None:
             return made[-1]
 
         srv = await tls.serve(factory, ssl=certs.server)
-        outer, client = await tls.connect(
-            lambda: Recorder(loop),
-            "127.0.0.1",
-            port_of(srv),
-            ssl=certs.client,
-            server_hostname="localhost",
-        )
+        outer, client = await connect_tls(tls, certs, port_of(srv))
         outer.write(b"over tls\nSTARTTLS\n")
         assert await client.wait_for_bytes(12) == b"OVER TLS\nOK\n"
         inner = await tls.start_tls(outer, client, certs.client, server_hostname="localhost")

@@ -373,6 +373,26 @@ def payload(size: int) -> bytes:
     return (bytes(range(256)) * (size // 256 + 1))[:size]
 
 
+async def connect_tls(
+    tls: Route,
+    certs: Certs,
+    port: int,
+    protocol: ProtocolFactory | None = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """A TLS client of 127.0.0.1:*port* through *tls*: (transport, protocol).
+
+    The protocol is a `Recorder` unless *protocol* makes it; the context is
+    ``certs.client`` (it trusts ``certs.ca``) and the name checked
+    ``localhost``, unless ``ssl=`` or ``server_hostname=`` say otherwise;
+    other keywords go to `Route.connect` as they are.
+    """
+    kwargs.setdefault("ssl", certs.client)
+    kwargs.setdefault("server_hostname", "localhost")
+    factory = protocol or (lambda: Recorder(tls.loop))
+    return await tls.connect(factory, "127.0.0.1", port, **kwargs)
+
+
 # ----------------------------------------------------------------------
 # Raw peers in threads
 
