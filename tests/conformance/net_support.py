@@ -53,6 +53,30 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+@contextlib.contextmanager
+def blackhole() -> Iterator[tuple[str, int]]:
+    """An address whose connect() stays in progress: a listener with a full queue
+    (the next SYN is not answered)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    try:
+        for _ in range(8):
+            f = socket.socket()
+            f.setblocking(False)
+            try:
+                f.connect(listener.getsockname())
+            except BlockingIOError:
+                pass
+            fillers.append(f)
+        yield listener.getsockname()
+    finally:
+        for f in fillers:
+            f.close()
+        listener.close()
+
+
 def nonblocking_pair() -> tuple[socket.socket, socket.socket]:
     a, b = socket.socketpair()
     a.setblocking(False)

@@ -7,8 +7,6 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,35 +15,13 @@ import pytest
 from net_support import (
     Echo,
     Recorder,
+    blackhole,
     close_server,
     free_port,
     free_ports,
     has_ipv6,
     refused_exception_holders,
 )
-
-
-@contextmanager
-def blackhole() -> Iterator[tuple[str, int]]:
-    """An address whose connect() stays in progress: a listener with a full queue."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    fillers = []
-    try:
-        for _ in range(8):
-            f = socket.socket()
-            f.setblocking(False)
-            try:
-                f.connect(listener.getsockname())
-            except BlockingIOError:
-                pass
-            fillers.append(f)
-        yield listener.getsockname()
-    finally:
-        for f in fillers:
-            f.close()
-        listener.close()
 
 
 def fake_resolver(loop: asyncio.AbstractEventLoop, infos: list[tuple[Any, ...]]) -> None:

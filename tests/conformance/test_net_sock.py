@@ -8,7 +8,7 @@ import ssl
 
 import pytest
 
-from net_support import free_port, has_ipv6, no_reader_or_writer, nonblocking_pair
+from net_support import blackhole, free_port, has_ipv6, no_reader_or_writer, nonblocking_pair
 
 
 def test_recv_and_sendall(loop: asyncio.AbstractEventLoop) -> None:
@@ -281,25 +281,12 @@ def test_cancelled_sendall_leaves_no_writer(loop: asyncio.AbstractEventLoop) -> 
 def test_cancelled_connect_leaves_no_writer(loop: asyncio.AbstractEventLoop) -> None:
     # A listener with a full backlog never completes the handshake:
     # connect() stays in progress until cancelled.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    fillers = []
     client = socket.socket()
     client.setblocking(False)
-    try:
-        # Fill the accept queue so that the next SYN is not answered.
-        for _ in range(8):
-            f = socket.socket()
-            f.setblocking(False)
-            try:
-                f.connect(listener.getsockname())
-            except BlockingIOError:
-                pass
-            fillers.append(f)
+    with blackhole() as addr, client:
 
         async def main() -> None:
-            task = asyncio.ensure_future(loop.sock_connect(client, listener.getsockname()))
+            task = asyncio.ensure_future(loop.sock_connect(client, addr))
             await asyncio.sleep(0.05)
             if task.done():
                 task.result()  # connected after all: nothing to cancel
@@ -310,11 +297,6 @@ def test_cancelled_connect_leaves_no_writer(loop: asyncio.AbstractEventLoop) -> 
 
         loop.run_until_complete(main())
         assert no_reader_or_writer(loop, client.fileno())
-    finally:
-        client.close()
-        for f in fillers:
-            f.close()
-        listener.close()
 
 
 def test_blocking_socket_refused_in_debug_mode(loop: asyncio.AbstractEventLoop) -> None:

@@ -22,13 +22,13 @@ import pytest
 
 from tideloop._transports import tls as tlsmod
 
+from net_support import captured_asyncio_logs
 from tls_support import (
     WAIT,
     Certs,
     Echo,
     Recorder,
     Route,
-    captured_asyncio_logs,
     close_server,
     connect_tls,
     first,

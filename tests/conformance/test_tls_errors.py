@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from net_support import captured_asyncio_logs
 from tls_support import (
     WAIT,
     Certs,
@@ -26,7 +27,6 @@ from tls_support import (
     Route,
     ThreadPeer,
     bio_server_handshake,
-    captured_asyncio_logs,
     close_server,
     connect_tls,
     first,

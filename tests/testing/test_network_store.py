@@ -62,8 +62,7 @@ def test_the_failing_seed_replays_in_this_process(failing: Outcome) -> None:
 def test_the_failing_seed_replays_in_a_fresh_process(failing: Outcome) -> None:
     env = {**os.environ, "PYTHONHASHSEED": "random"}  # a new process, new string hashes
     proc = subprocess.run(
-        [sys.executable, "-m", "scenarios.sim_store", str(failing.seed)],
-        cwd=ROOT,
+        [sys.executable, str(ROOT / "scenarios" / "sim_store.py"), str(failing.seed)],
         capture_output=True,
         text=True,
         env=env,
