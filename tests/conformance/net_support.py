@@ -13,7 +13,7 @@ import logging
 import socket
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 
@@ -53,6 +53,26 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def connecting(address: tuple[str, int], n: int) -> list[socket.socket]:
+    """*n* non-blocking sockets whose connect() to *address* has begun (all closed
+    again if making one fails)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.setblocking(False)
+            try:
+                s.connect(address)
+            except BlockingIOError:
+                pass
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
 @contextlib.contextmanager
 def blackhole() -> Iterator[tuple[str, int]]:
     """An address whose connect() stays in progress: a listener with a full queue
@@ -60,16 +80,9 @@ def blackhole() -> Iterator[tuple[str, int]]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
-    fillers = []
+    fillers: list[socket.socket] = []
     try:
-        for _ in range(8):
-            f = socket.socket()
-            f.setblocking(False)
-            try:
-                f.connect(listener.getsockname())
-            except BlockingIOError:
-                pass
-            fillers.append(f)
+        fillers = connecting(listener.getsockname(), 8)
         yield listener.getsockname()
     finally:
         for f in fillers:
@@ -201,6 +214,49 @@ def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
 async def close_server(server: asyncio.AbstractServer) -> None:
     server.close()
     await server.wait_closed()
+
+
+async def close_client(
+    transport: asyncio.BaseTransport, client: Any, server: asyncio.AbstractServer | None = None
+) -> None:
+    """Close *transport*, wait for its protocol *client*'s ``lost`` (a `Recorder`'s
+    future), then close *server* if one is given."""
+    transport.close()
+    await client.lost
+    if server is not None:
+        await close_server(server)
+
+
+async def tcp_pair(
+    loop: asyncio.AbstractEventLoop,
+    server_factory: Callable[[], asyncio.BaseProtocol],
+    client_factory: Callable[[], asyncio.BaseProtocol],
+    host: str = "127.0.0.1",
+    **kwargs: Any,
+) -> tuple[asyncio.AbstractServer, asyncio.Transport, Any]:
+    """A fresh server on 127.0.0.1 and a client connected to it through *host*
+    (*kwargs* go to create_connection): (server, client transport, client protocol)."""
+    server = await loop.create_server(server_factory, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport, protocol = await loop.create_connection(client_factory, host, port, **kwargs)
+    return server, transport, protocol
+
+
+@contextlib.asynccontextmanager
+async def tcp_session(
+    loop: asyncio.AbstractEventLoop,
+    server_factory: Callable[[], asyncio.BaseProtocol],
+    client_factory: Callable[[], asyncio.BaseProtocol],
+    host: str = "127.0.0.1",
+    **kwargs: Any,
+) -> AsyncIterator[tuple[asyncio.Transport, Any]]:
+    """`tcp_pair`'s client transport and protocol; afterwards the transport is
+    closed, its connection_lost awaited and the server closed."""
+    server, transport, client = await tcp_pair(loop, server_factory, client_factory, host, **kwargs)
+    try:
+        yield transport, client
+    finally:
+        await close_client(transport, client, server)
 
 
 def refused_exception_holders(

@@ -16,11 +16,14 @@ from net_support import (
     Echo,
     Recorder,
     blackhole,
+    close_client,
     close_server,
     free_port,
     free_ports,
     has_ipv6,
     refused_exception_holders,
+    tcp_pair,
+    tcp_session,
 )
 
 
@@ -41,32 +44,21 @@ def info(host: str, port: int) -> tuple[Any, ...]:
 
 def test_create_connection_basic(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        transport, client = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             assert isinstance(client, Recorder)
             assert client.events[0] == "made"  # connection_made ran before we got it
             transport.write(b"ping")
             assert await client.wait_for_bytes(4) == b"ping"
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
 
 def test_create_connection_by_name(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "localhost", port, family=socket.AF_INET
+        server, transport, client = await tcp_pair(
+            loop, Echo, lambda: Recorder(loop), "localhost", family=socket.AF_INET
         )
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -89,16 +81,12 @@ def test_create_connection_with_sock(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_create_connection_local_addr(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
         local_port = free_port()
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port, local_addr=("127.0.0.1", local_port)
+        server, transport, client = await tcp_pair(
+            loop, Echo, lambda: Recorder(loop), local_addr=("127.0.0.1", local_port)
         )
         assert transport.get_extra_info("sockname") == ("127.0.0.1", local_port)
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -252,9 +240,7 @@ def test_happy_eyeballs_second_address_wins(loop: asyncio.AbstractEventLoop) -> 
         )
         elapsed = time.monotonic() - start
         assert transport.get_extra_info("peername") == good
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
         return elapsed
 
     with blackhole() as hole:
@@ -272,9 +258,7 @@ def test_happy_eyeballs_failure_starts_next_at_once(loop: asyncio.AbstractEventL
             lambda: Recorder(loop), "name.invalid", 80, happy_eyeballs_delay=10.0
         )
         elapsed = time.monotonic() - start
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
         return elapsed
 
     assert loop.run_until_complete(main()) < 5.0  # refused: no 10 s wait
@@ -333,9 +317,7 @@ def test_create_connection_ipv6(loop: asyncio.AbstractEventLoop) -> None:
         assert transport.get_extra_info("socket").family == socket.AF_INET6
         transport.write(b"six")
         assert await client.wait_for_bytes(3) == b"six"
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -353,9 +335,7 @@ def test_create_unix_connection(loop: asyncio.AbstractEventLoop, tmp_path: Path)
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(str(path))
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), sock=sock)
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from net_support import Echo, Recorder, close_server, has_ipv6, recording_factory
+from net_support import (
+    Echo,
+    Recorder,
+    close_client,
+    close_server,
+    connecting,
+    has_ipv6,
+    recording_factory,
+)
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
@@ -284,9 +292,7 @@ def test_create_server_with_sock(loop: asyncio.AbstractEventLoop) -> None:
         transport, client = await loop.create_connection(
             lambda: Recorder(loop), *sock.getsockname()
         )
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
         assert sock.fileno() == -1  # the server closed it
 
     loop.run_until_complete(main())
@@ -381,16 +387,9 @@ def test_accepts_a_burst(loop: asyncio.AbstractEventLoop) -> None:
         factory, accepted = recording_factory(loop)
 
         server = await loop.create_server(factory, "127.0.0.1", 0, backlog=200)
-        socks = []
+        socks: list[socket.socket] = []
         try:
-            for _ in range(150):
-                s = socket.socket()
-                s.setblocking(False)
-                try:
-                    s.connect(("127.0.0.1", port_of(server)))
-                except BlockingIOError:
-                    pass
-                socks.append(s)
+            socks = connecting(("127.0.0.1", port_of(server)), 150)
             for _ in range(500):
                 if len(accepted) == 150:
                     break
@@ -419,9 +418,7 @@ def test_unix_server(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), path)
         transport.write(b"u")
         assert await client.wait_for_bytes(1) == b"u"
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
     # 3.13 removes the socket file on close (cleanup_socket=True); 3.11/3.12 leave it.
@@ -466,9 +463,7 @@ def test_unix_server_with_sock(loop: asyncio.AbstractEventLoop, tmp_path: Path) 
     async def main() -> None:
         server = await loop.create_unix_server(Echo, sock=sock)
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), path)
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -496,9 +491,7 @@ def test_unix_server_abstract_namespace(loop: asyncio.AbstractEventLoop) -> None
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), name)
         transport.write(b"abstract")
         assert await client.wait_for_bytes(8) == b"abstract"
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
