@@ -16,6 +16,8 @@ import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import pytest
+
 
 def has_ipv6() -> bool:
     """Whether ::1 can be bound here (skip IPv6 tests only if not)."""
@@ -51,6 +53,19 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def listening(address: Any = ("127.0.0.1", 0), family: int = socket.AF_INET) -> socket.socket:
+    """A stream socket of *family* bound to *address* and listening (a socket: close
+    it, or use it in a with statement)."""
+    sock = socket.socket(family)
+    try:
+        sock.bind(address)
+        sock.listen()
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def connecting(address: tuple[str, int], n: int) -> list[socket.socket]:
@@ -214,6 +229,21 @@ def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
 async def close_server(server: asyncio.AbstractServer) -> None:
     server.close()
     await server.wait_closed()
+
+
+async def cancelled_after(task: asyncio.Future[Any], delay: float) -> bool:
+    """Wait *delay* s, then cancel *task* and check that it ends with CancelledError.
+
+    False if *task* had finished first (a connect the kernel completed after
+    all): nothing was cancelled, and its result is the caller's to clean up.
+    """
+    await asyncio.sleep(delay)
+    if task.done():
+        return False
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return True
 
 
 async def close_client(

@@ -16,11 +16,13 @@ from net_support import (
     Echo,
     Recorder,
     blackhole,
+    cancelled_after,
     close_client,
     close_server,
     free_port,
     free_ports,
     has_ipv6,
+    listening,
     refused_exception_holders,
     tcp_pair,
     tcp_session,
@@ -92,10 +94,7 @@ def test_create_connection_local_addr(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_create_connection_local_addr_in_use(loop: asyncio.AbstractEventLoop) -> None:
-    taken = socket.socket()
-    with taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with listening() as taken:
 
         async def main() -> None:
             server = await loop.create_server(Echo, "127.0.0.1", 0)
@@ -215,15 +214,10 @@ def test_cancelled_create_connection(loop: asyncio.AbstractEventLoop) -> None:
 
         async def main() -> None:
             task = asyncio.ensure_future(loop.create_connection(asyncio.Protocol, *addr))
-            await asyncio.sleep(0.05)
-            if task.done():  # pragma: no cover - the kernel accepted after all
+            if not await cancelled_after(task, 0.05):  # pragma: no cover - accepted after all
                 transport, _ = task.result()
                 transport.close()
                 await asyncio.sleep(0)
-                return
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
 
         loop.run_until_complete(main())
     # The no-leak fixture checks that the attempt's socket was closed.
@@ -283,14 +277,10 @@ def test_happy_eyeballs_cancelled(loop: asyncio.AbstractEventLoop) -> None:
                     asyncio.Protocol, "name.invalid", 80, happy_eyeballs_delay=0.01
                 )
             )
-            await asyncio.sleep(0.1)  # all three attempts are in flight
-            if task.done():  # pragma: no cover
+            # After 0.1 s all three attempts are in flight.
+            if not await cancelled_after(task, 0.1):  # pragma: no cover
                 task.result()[0].close()
                 await asyncio.sleep(0)
-                return
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
 
         loop.run_until_complete(main())
 

@@ -21,7 +21,9 @@ from net_support import (
     close_server,
     connecting,
     has_ipv6,
+    listening,
     recording_factory,
+    tcp_pair,
 )
 
 PY312 = sys.version_info >= (3, 12)
@@ -123,10 +125,7 @@ def test_async_with_closes(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_server_close_keeps_connections(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(server)
-        )
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
         server.close()
         transport.write(b"still here")
         assert await client.wait_for_bytes(10) == b"still here"
@@ -140,10 +139,7 @@ def test_server_close_keeps_connections(loop: asyncio.AbstractEventLoop) -> None
 @pytest.mark.skipif(not PY312, reason="3.11's wait_closed() does not wait for connections")
 def test_wait_closed_waits_for_connections(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(server)
-        )
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
         transport.write(b"x")
         await client.wait_for_bytes(1)  # the server side exists
         waiter = asyncio.ensure_future(server.wait_closed())
@@ -163,10 +159,7 @@ def test_wait_closed_waits_for_connections(loop: asyncio.AbstractEventLoop) -> N
 @pytest.mark.skipif(PY312, reason="3.12+ wait_closed() waits for connections")
 def test_wait_closed_returns_at_once_on_311(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(server)
-        )
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
         transport.write(b"x")
         await client.wait_for_bytes(1)
         waiter = asyncio.ensure_future(server.wait_closed())
@@ -265,10 +258,7 @@ def test_reuse_port(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_address_in_use(loop: asyncio.AbstractEventLoop) -> None:
-    taken = socket.socket()
-    with taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with listening() as taken:
         port = taken.getsockname()[1]
         with pytest.raises(OSError) as excinfo:
             loop.run_until_complete(
