@@ -221,6 +221,19 @@ def captured_asyncio_logs() -> Iterator[list[logging.LogRecord]]:
         logger.setLevel(old_level)
 
 
+def transport_socket(transport: asyncio.BaseTransport, family: int, kind: int) -> Any:
+    """*transport*'s ``socket`` extra, checked: asyncio's TransportSocket of *family* and
+    *kind*, whose address is the transport's ``sockname``; an unknown key's default
+    comes back."""
+    sock = transport.get_extra_info("socket")
+    assert isinstance(sock, asyncio.trsock.TransportSocket)
+    assert sock.family == family
+    assert sock.type == kind
+    assert transport.get_extra_info("sockname") == sock.getsockname()
+    assert transport.get_extra_info("nonexistent", "dflt") == "dflt"
+    return sock
+
+
 def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
     """True if fd has neither reader nor writer (remove_* reports what it removed)."""
     return not loop.remove_reader(fd) and not loop.remove_writer(fd)
