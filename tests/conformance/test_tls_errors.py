@@ -202,10 +202,8 @@ def test_garbage_to_tls_server(tls: Route, certs: Certs) -> None:
 
 
 def test_tls_client_to_plaintext_echo_server(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        srv = tls.track(await loop.create_server(Echo, "127.0.0.1", 0))
+        srv = await tls.serve_plain(Echo)
         with pytest.raises(ssl.SSLError):
             await connect_tls(tls, certs, port_of(srv))
         await close_server(srv)
@@ -229,10 +227,9 @@ def test_tls_client_to_server_that_answers_and_closes(
     tls: Route, certs: Certs, reply: bytes
 ) -> None:
     """Garbage, a fatal alert, or nothing at all, then the server closes."""
-    loop = tls.loop
 
     async def main() -> None:
-        srv = tls.track(await loop.create_server(lambda: SendThenClose(reply), "127.0.0.1", 0))
+        srv = await tls.serve_plain(lambda: SendThenClose(reply))
         with pytest.raises((ssl.SSLError, ConnectionError)) as info:
             await connect_tls(tls, certs, port_of(srv))
         if not reply:
@@ -272,10 +269,8 @@ def test_peer_disconnects_mid_handshake(tls: Route, certs: Certs) -> None:
 
 
 def test_handshake_timeout_client(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        silent = tls.track(await loop.create_server(asyncio.Protocol, "127.0.0.1", 0))
+        silent = await tls.serve_plain(asyncio.Protocol)
         started = time.monotonic()
         with pytest.raises(ConnectionAbortedError) as info:
             await connect_tls(tls, certs, port_of(silent), ssl_handshake_timeout=0.3)
@@ -326,10 +321,8 @@ def test_timeouts_must_be_positive(loop: asyncio.AbstractEventLoop, value: float
 
 
 def test_cancelled_connect_during_handshake(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        silent = tls.track(await loop.create_server(asyncio.Protocol, "127.0.0.1", 0))
+        silent = await tls.serve_plain(asyncio.Protocol)
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(
                 connect_tls(tls, certs, port_of(silent)),

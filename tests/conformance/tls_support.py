@@ -240,6 +240,11 @@ class Route:
             server = await loop.create_server(make, host, port)
         return self.track(server)  # type: ignore[no-any-return]
 
+    async def serve_plain(self, factory: ProtocolFactory) -> asyncio.Server:
+        """A plain TCP server (no TLS) on 127.0.0.1, tracked: a peer that is not TLS,
+        or whose connections a test upgrades with start_tls."""
+        return self.track(await self.loop.create_server(factory, "127.0.0.1", 0))  # type: ignore[no-any-return]
+
     async def start_server(
         self,
         handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
