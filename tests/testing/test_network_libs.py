@@ -60,19 +60,12 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 
-from tideloop import testing
 from tideloop.testing import SimNetwork
 
 from certs import CA
+from sim_support import sim_run, stop
 
 Address = tuple[str, int]
-
-
-def sim_run(net: SimNetwork, main: Callable[[SimNetwork], Awaitable[Any]]) -> Any:
-    async def wrapper() -> Any:
-        return await main(net)
-
-    return testing.run(wrapper(), network=net)
 
 
 def elapsed(loop: asyncio.AbstractEventLoop, since: float) -> float:
@@ -94,14 +87,6 @@ async def start_on(
         task.result()  # its exception, if it failed
         raise AssertionError(f"the server on {host} returned before it listened")
     return task
-
-
-async def stop(*tasks: asyncio.Task[Any]) -> None:
-    """Cancel server tasks once the closing handshakes in flight have arrived."""
-    await asyncio.sleep(1)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @pytest.fixture(scope="module")
