@@ -1,4 +1,4 @@
-"""Helpers shared by the test_net_* modules (this module has no tests).
+"""Helpers shared by the test_net_* modules and the other transport tests (no tests here).
 
 Everything here works on any asyncio loop: the tests that use it run on the
 stdlib loop and on tideloop alike.

@@ -1,6 +1,7 @@
 """Helpers shared by the test_tls_* modules (this module has no tests).
 
-Every TLS test runs through two *routes* (the `tls` fixture):
+Every TLS test runs through two *routes* (the `tls` fixture, in this folder's
+``conftest.py`` with `certs`):
 
 - ``api``: asyncio's public TLS API of the loop under test
   (``create_connection(ssl=)``, ``create_server(ssl=)``, ``start_tls``,
