@@ -2,7 +2,7 @@
 
 Not part of ``python -m bench`` (which measures loops under load): this
 measures ``tideloop.testing`` as a race finder, on the planted races of
-``tests/testing/races.py`` (each an asyncio program whose assertion fails
+``scenarios/races.py`` (each an asyncio program whose assertion fails
 only under some orderings) and on its `CONTROL`, a similar program done
 right that must never fail. Run it from the repository root, one tool at a
 time; each run replaces its own section of the JSON file and rewrites the
@@ -89,8 +89,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from scenarios import races as planted_races
+
 ROOT = Path(__file__).resolve().parent.parent
-RACES_DIR = ROOT / "tests" / "testing"
 TOOLS = ("tideloop", "simloom", "seedloop")
 TIDELOOP_STRATEGIES = ("random", "pct", "systematic")
 #: simloom's schedulers, by the names this report gives them.
@@ -109,13 +110,6 @@ REFUSALS = ("EscapedSimulationError", "BoundaryError")
 Outcome = tuple[str, str]
 
 JSONDict = dict[str, Any]
-
-
-def import_races() -> ModuleType:
-    """``tests/testing/races.py`` (it imports tideloop: PYTHONPATH=src on another venv)."""
-    if str(RACES_DIR) not in sys.path:
-        sys.path.insert(0, str(RACES_DIR))
-    return importlib.import_module("races")
 
 
 def _median(counts: Sequence[int | None]) -> float:
@@ -1032,7 +1026,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.tool == "tideloop"
         else args.tool
     )
-    races = import_races()
     path = Path(args.json)
     data: JSONDict = {
         "tool": args.tool,
@@ -1048,7 +1041,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seedloop": seedloop_section,
     }
     start = time.perf_counter()
-    for name, entry in runners[args.tool](args, races):
+    for name, entry in runners[args.tool](args, planted_races):
         if name:
             for search in entry.get("strategies", {}).values():
                 search.setdefault("limit", args.limit)

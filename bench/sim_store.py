@@ -2,14 +2,14 @@
 
 Not part of ``python -m bench`` (which measures loops under load): this
 measures ``tideloop.testing`` as a simulation tester, on the three-node
-store of ``tests/testing/sim_store.py`` (a leader, two followers, two
+store of ``scenarios/sim_store.py`` (a leader, two followers, two
 clients, a partition drawn from the seed; its followers' leases let a read
 return a stale value under some fault timings). One *schedule* is one seed:
 a fresh ``SimNetwork(seed)`` and loop, the scenario, its check.
 
     python -m bench.sim_store                    # 300 schedules, 10 base seeds
     python -m bench.sim_store -n 1000 --perturb  # the loop's schedule perturbed too
-    python bench/sim_store.py --control          # the correct store (forwarded reads)
+    python -m bench.sim_store --control          # the correct store (forwarded reads)
 
 It prints, for the interpreter it runs on:
 
@@ -37,21 +37,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-#: The store lives with the tests that use it; it imports no simulator.
-STORE_DIR = Path(__file__).resolve().parent.parent / "tests" / "testing"
+# The store imports no simulator: simloom's adapter runs the same one.
+from scenarios import sim_store
+
 #: Base seeds of the searches for a first failure.
 BASES = tuple(range(0, 10_000, 1000))
 WARMUP = 3
 
 #: Runs one seed; returns the failure message, or None if the check passed.
 RunOne = Callable[[int], "str | None"]
-
-
-def import_store() -> None:
-    """Make ``import sim_store`` find ``tests/testing/sim_store.py`` (first on the path,
-    before this file's own directory when it runs as a script)."""
-    if str(STORE_DIR) not in sys.path:
-        sys.path.insert(0, str(STORE_DIR))
 
 
 @dataclass
@@ -180,8 +174,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--perturb", action="store_true", help="perturb the loop's schedule with the seed too"
     )
     args = parser.parse_args(argv)
-    import_store()
-    import sim_store
 
     def run(seed: int) -> str | None:
         outcome = sim_store.run_tideloop(seed, stale_reads=not args.control, perturb=args.perturb)

@@ -4,7 +4,7 @@ simloom (PyPI, Python >= 3.12, no dependencies) is another deterministic
 simulation tester for asyncio: its own event loop (a tape of seeded choices
 picks every ready callback), virtual time, and an in-memory network behind
 ``loop.create_server`` / ``create_connection``. It runs plain asyncio streams,
-so the store and the scenario here are ``tests/testing/sim_store.py``'s own,
+so the store and the scenario here are ``scenarios/sim_store.py``'s own,
 unchanged; only the network object differs: `SimloomNetwork` gives simloom's
 ``World`` the four methods the scenario calls (``sim_store.Network``).
 
@@ -52,10 +52,8 @@ if __package__ in (None, ""):  # run as a script: python bench/sim_store_simloom
 
 import simloom
 
-from bench.sim_store import arguments, import_store, measure_and_report
-
-import_store()
-import sim_store  # noqa: E402 (after import_store put tests/testing on the path)
+from bench.sim_store import arguments, measure_and_report
+from scenarios import sim_store
 
 
 class SimloomNetwork:

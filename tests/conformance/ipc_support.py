@@ -77,6 +77,27 @@ def closing_all(*objs: IO[Any] | socket.socket) -> Iterator[None]:
             obj.close()
 
 
+@contextlib.contextmanager
+def open_pipe() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """`pipe_files`, both ends closed on exit (closing one twice is harmless)."""
+    r, w = pipe_files()
+    with closing_all(r, w):
+        yield r, w
+
+
+@contextlib.contextmanager
+def fifo_files() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """A named pipe (os.mkfifo) in a fresh directory, both ends open, non-blocking and
+    unbuffered (read end, write end); closed, and the directory removed, on exit."""
+    with short_tempdir() as tmp:
+        path = os.path.join(tmp, "fifo")
+        os.mkfifo(path)
+        r = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0)
+        w = os.fdopen(os.open(path, os.O_WRONLY | os.O_NONBLOCK), "wb", buffering=0)
+        with closing_all(r, w):
+            yield r, w
+
+
 def pipe_files() -> tuple[IO[bytes], IO[bytes]]:
     """An os.pipe() as unbuffered file objects (read end, write end)."""
     r, w = os.pipe()
@@ -110,6 +131,20 @@ async def read_nonblocking(f: IO[bytes] | int, n: int | None = None, timeout: fl
 
     await until(ready, timeout, f"{n if n is not None else 'all'} bytes from fd {fd}")
     return bytes(got)
+
+
+async def data_then_eof(
+    proto: Any, send: Callable[[bytes], object], end: Callable[[], object], *chunks: bytes
+) -> None:
+    """*chunks*, each sent with *send*, reach *proto* (a `Recorder` of a read transport);
+    then *end* (the writer ends its side) brings eof_received and connection_lost(None)."""
+    for chunk in chunks:
+        send(chunk)
+    data = b"".join(chunks)
+    assert await proto.wait_for_bytes(len(data)) == data
+    end()
+    assert await proto.lost is None
+    assert proto.events == ["made", "data", "eof", "lost"]
 
 
 _TP = TypeVar("_TP")

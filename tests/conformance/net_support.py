@@ -1,4 +1,4 @@
-"""Helpers shared by the test_net_* modules (this module has no tests).
+"""Helpers shared by the test_net_* modules and the other transport tests (no tests here).
 
 Everything here works on any asyncio loop: the tests that use it run on the
 stdlib loop and on tideloop alike.
@@ -13,8 +13,10 @@ import logging
 import socket
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+
+import pytest
 
 
 def has_ipv6() -> bool:
@@ -51,6 +53,56 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def listening(address: Any = ("127.0.0.1", 0), family: int = socket.AF_INET) -> socket.socket:
+    """A stream socket of *family* bound to *address* and listening (a socket: close
+    it, or use it in a with statement)."""
+    sock = socket.socket(family)
+    try:
+        sock.bind(address)
+        sock.listen()
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def connecting(address: tuple[str, int], n: int) -> list[socket.socket]:
+    """*n* non-blocking sockets whose connect() to *address* has begun (all closed
+    again if making one fails)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.setblocking(False)
+            try:
+                s.connect(address)
+            except BlockingIOError:
+                pass
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+@contextlib.contextmanager
+def blackhole() -> Iterator[tuple[str, int]]:
+    """An address whose connect() stays in progress: a listener with a full queue
+    (the next SYN is not answered)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers: list[socket.socket] = []
+    try:
+        fillers = connecting(listener.getsockname(), 8)
+        yield listener.getsockname()
+    finally:
+        for f in fillers:
+            f.close()
+        listener.close()
 
 
 def nonblocking_pair() -> tuple[socket.socket, socket.socket]:
@@ -169,6 +221,19 @@ def captured_asyncio_logs() -> Iterator[list[logging.LogRecord]]:
         logger.setLevel(old_level)
 
 
+def transport_socket(transport: asyncio.BaseTransport, family: int, kind: int) -> Any:
+    """*transport*'s ``socket`` extra, checked: asyncio's TransportSocket of *family* and
+    *kind*, whose address is the transport's ``sockname``; an unknown key's default
+    comes back."""
+    sock = transport.get_extra_info("socket")
+    assert isinstance(sock, asyncio.trsock.TransportSocket)
+    assert sock.family == family
+    assert sock.type == kind
+    assert transport.get_extra_info("sockname") == sock.getsockname()
+    assert transport.get_extra_info("nonexistent", "dflt") == "dflt"
+    return sock
+
+
 def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
     """True if fd has neither reader nor writer (remove_* reports what it removed)."""
     return not loop.remove_reader(fd) and not loop.remove_writer(fd)
@@ -177,6 +242,64 @@ def no_reader_or_writer(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
 async def close_server(server: asyncio.AbstractServer) -> None:
     server.close()
     await server.wait_closed()
+
+
+async def cancelled_after(task: asyncio.Future[Any], delay: float) -> bool:
+    """Wait *delay* s, then cancel *task* and check that it ends with CancelledError.
+
+    False if *task* had finished first (a connect the kernel completed after
+    all): nothing was cancelled, and its result is the caller's to clean up.
+    """
+    await asyncio.sleep(delay)
+    if task.done():
+        return False
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return True
+
+
+async def close_client(
+    transport: asyncio.BaseTransport, client: Any, server: asyncio.AbstractServer | None = None
+) -> None:
+    """Close *transport*, wait for its protocol *client*'s ``lost`` (a `Recorder`'s
+    future), then close *server* if one is given."""
+    transport.close()
+    await client.lost
+    if server is not None:
+        await close_server(server)
+
+
+async def tcp_pair(
+    loop: asyncio.AbstractEventLoop,
+    server_factory: Callable[[], asyncio.BaseProtocol],
+    client_factory: Callable[[], asyncio.BaseProtocol],
+    host: str = "127.0.0.1",
+    **kwargs: Any,
+) -> tuple[asyncio.AbstractServer, asyncio.Transport, Any]:
+    """A fresh server on 127.0.0.1 and a client connected to it through *host*
+    (*kwargs* go to create_connection): (server, client transport, client protocol)."""
+    server = await loop.create_server(server_factory, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport, protocol = await loop.create_connection(client_factory, host, port, **kwargs)
+    return server, transport, protocol
+
+
+@contextlib.asynccontextmanager
+async def tcp_session(
+    loop: asyncio.AbstractEventLoop,
+    server_factory: Callable[[], asyncio.BaseProtocol],
+    client_factory: Callable[[], asyncio.BaseProtocol],
+    host: str = "127.0.0.1",
+    **kwargs: Any,
+) -> AsyncIterator[tuple[asyncio.Transport, Any]]:
+    """`tcp_pair`'s client transport and protocol; afterwards the transport is
+    closed, its connection_lost awaited and the server closed."""
+    server, transport, client = await tcp_pair(loop, server_factory, client_factory, host, **kwargs)
+    try:
+        yield transport, client
+    finally:
+        await close_client(transport, client, server)
 
 
 def refused_exception_holders(

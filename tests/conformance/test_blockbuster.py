@@ -30,14 +30,9 @@ import tideloop  # noqa: E402
 from tideloop.testing import allow_tideloop  # noqa: E402
 from tideloop.testing._blockbuster import ALLOWANCES  # noqa: E402
 
-from tls_support import Certs, make_certs  # noqa: E402
+from tls_support import Certs  # noqa: E402
 
 PY = sys.executable
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certs:
-    return make_certs()
 
 
 def under_blockbuster(

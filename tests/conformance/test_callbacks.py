@@ -13,6 +13,8 @@ import pytest
 
 import tideloop
 
+from divergence_support import equal_deadline_order
+
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="default")
 
 
@@ -233,13 +235,7 @@ def test_call_at_rejects_non_numbers(loop: asyncio.AbstractEventLoop) -> None:
 
 @pytest.mark.divergence("equal-deadline-fifo")
 def test_equal_deadlines_fire_in_scheduling_order(loop: asyncio.AbstractEventLoop) -> None:
-    order: list[int] = []
-    when = loop.time() + 0.005
-    for i in range(20):
-        loop.call_at(when, order.append, i)
-    loop.call_at(when + 0.005, loop.stop)
-    loop.run_forever()
-    assert order == list(range(20))
+    assert equal_deadline_order(loop) == list(range(20))
 
 
 @pytest.mark.divergence("timer-deadline-as-float")

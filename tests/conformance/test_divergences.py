@@ -9,6 +9,7 @@ marked tests run on the stdlib loop too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import gc
@@ -34,15 +35,29 @@ import pytest
 
 import tideloop
 
+from divergence_support import (
+    Starved,
+    closed_server,
+    datagrams_after_an_empty_one,
+    drain,
+    equal_deadline_order,
+    native_sendfile_to_nobody,
+    reads_of_queued_data,
+    recording_policy_watcher,
+    sendfile_fallback_to_a_slow_peer,
+    spawn_with_failing_read_pipe,
+    stdlib_loop,
+    udp_endpoint_transport,
+    unix_datagram_buffer_sizes,
+    unix_server_binds_while_the_loop_runs,
+    unread_pair,
+    writelines_pauses,
+)
 from divergences import DIVERGENCES
 from ipc_support import until as ipc_until
 from ipc_support import wait_until_zombie
 
 IS_PYPY = sys.implementation.name == "pypy"
-
-
-def stdlib_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.SelectorEventLoop()
 
 
 def check_wakeup_fd_restored() -> None:
@@ -62,17 +77,8 @@ def check_wakeup_fd_restored() -> None:
 
 
 def check_equal_deadline_fifo() -> None:
-    loop = stdlib_loop()
-    try:
-        order: list[int] = []
-        when = loop.time() + 0.005
-        for i in range(20):
-            loop.call_at(when, order.append, i)
-        loop.call_at(when + 0.005, loop.stop)
-        loop.run_forever()
-        assert order != list(range(20))
-    finally:
-        loop.close()
+    with contextlib.closing(stdlib_loop()) as loop:
+        assert equal_deadline_order(loop) != list(range(20))
 
 
 def _order_of_close_fraction_deadlines(loop: asyncio.AbstractEventLoop) -> list[str]:
@@ -89,20 +95,14 @@ def _order_of_close_fraction_deadlines(loop: asyncio.AbstractEventLoop) -> list[
 
 
 def check_timer_deadline_as_float() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         assert _order_of_close_fraction_deadlines(loop) == ["earlier", "later"]
-    finally:
-        loop.close()
 
 
 def check_handle_get_context() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         handle = loop.call_soon(lambda: None)
         assert not hasattr(handle, "get_context")
-    finally:
-        loop.close()
 
 
 def _sleep_timer_sees(loop: asyncio.AbstractEventLoop) -> str | None:
@@ -121,11 +121,8 @@ def _sleep_timer_sees(loop: asyncio.AbstractEventLoop) -> str | None:
 
 
 def check_sleep_timer_bare_context() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         assert _sleep_timer_sees(loop) == "sleeper"
-    finally:
-        loop.close()
 
 
 def check_factory_task_name() -> None:
@@ -136,17 +133,13 @@ def check_factory_task_name() -> None:
         await task
         return task.get_name()
 
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         assert loop.run_until_complete(main()) == "None"
-    finally:
-        loop.close()
     assert tideloop.run(main()) != "None"
 
 
 def check_executor_timeout() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         if sys.version_info < (3, 12):
             with pytest.raises(TypeError):
                 loop.shutdown_default_executor(timeout=1)  # type: ignore[call-arg]
@@ -164,17 +157,12 @@ def check_executor_timeout() -> None:
         assert time.monotonic() - start >= 0.25
         timer.join()
         loop.run_until_complete(fut)
-    finally:
-        loop.close()
 
 
 def check_call_at_non_numbers() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         handle = loop.call_at("soon", lambda: None)  # type: ignore[arg-type]
         handle.cancel()
-    finally:
-        loop.close()
 
 
 # ----------------------------------------------------------------------
@@ -182,27 +170,15 @@ def check_call_at_non_numbers() -> None:
 
 
 def check_accept_out_of_resources() -> None:
-    import errno
-
     loop = stdlib_loop()
     reports: list[dict[str, object]] = []
     loop.set_exception_handler(lambda lp, ctx: reports.append(ctx))
     real = socket.socket()
 
-    class Starved:
-        def fileno(self) -> int:
-            return real.fileno()
-
-        def accept(self) -> tuple[socket.socket, object]:
-            raise OSError(errno.EMFILE, "Too many open files")
-
-    try:
-        loop._accept_connection(asyncio.Protocol, Starved(), backlog=5)  # type: ignore[attr-defined]
+    with real, contextlib.closing(loop):
+        loop._accept_connection(asyncio.Protocol, Starved(real), backlog=5)  # type: ignore[attr-defined]
         # asyncio: once per backlog slot (3.13.x and later: one more), in one event
         assert len(reports) >= 5
-    finally:
-        loop.close()
-        real.close()
 
 
 def check_accept_without_task() -> None:
@@ -224,31 +200,14 @@ def check_accept_without_task() -> None:
             server.close()
             await asyncio.sleep(0.01)
 
-    try:
+    with contextlib.closing(loop):
         loop.run_until_complete(main())
         assert seen[0] is not None  # asyncio: inside a task
-    finally:
-        loop.close()
-
-
-def _unread_pair(loop: asyncio.AbstractEventLoop) -> tuple[socket.socket, socket.socket]:
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    b.setblocking(False)
-    return a, b
-
-
-async def _drain(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        out += await loop.sock_recv(sock, 65536)
-    return bytes(out)
 
 
 def check_write_copies_mutable_buffers() -> None:
     loop = stdlib_loop()
-    a, b = _unread_pair(loop)
+    a, b = unread_pair()
 
     async def main() -> bytes:
         transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
@@ -256,140 +215,66 @@ def check_write_copies_mutable_buffers() -> None:
         transport.write(buf)
         assert transport.get_write_buffer_size() > 0
         buf[:] = b"B" * len(buf)
-        data = await _drain(loop, b, len(buf))
+        data = await drain(loop, b, len(buf))
         transport.close()
         await asyncio.sleep(0)
         return data
 
-    try:
+    with b, contextlib.closing(loop):
         assert b"B" in loop.run_until_complete(main())  # asyncio sent the mutation
-    finally:
-        loop.close()
-        b.close()
     # Its own sendfile() fallback reuses the buffer it writes from: a slow peer
     # gets later blocks in place of earlier ones.
     loop = stdlib_loop()
-    a, b = _unread_pair(loop)
+    a, b = unread_pair()
     data = random.Random(23).randbytes(1024 * 1024)
-
-    async def sendfile() -> bytes:
-        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
-        task = asyncio.ensure_future(loop.sendfile(transport, io.BytesIO(data)))
-        while transport.get_write_buffer_size() <= 65536 and not task.done():
-            await asyncio.sleep(0.001)
-        received = await _drain(loop, b, len(data))
-        assert await task == len(data)
-        transport.close()
-        await asyncio.sleep(0)
-        return received
-
-    try:
-        received = loop.run_until_complete(sendfile())
+    with b, contextlib.closing(loop):
+        received = loop.run_until_complete(sendfile_fallback_to_a_slow_peer(loop, a, b, data))
         assert len(received) == len(data)
         assert received != data  # asyncio: bytes of a later block
-    finally:
-        loop.close()
-        b.close()
 
 
 def check_writelines_flow_control() -> None:
     loop = stdlib_loop()
-    a, b = _unread_pair(loop)
-    paused: list[bool] = []
-
-    class P(asyncio.Protocol):
-        def pause_writing(self) -> None:
-            paused.append(True)
-
-    async def main() -> None:
-        transport, _ = await loop.connect_accepted_socket(P, a)
-        transport.writelines([b"w" * (1024 * 1024)])
-        assert transport.get_write_buffer_size() > 64 * 1024
-        transport.abort()
-        await asyncio.sleep(0)
-
-    try:
-        loop.run_until_complete(main())
-        assert paused == []  # asyncio: never paused
-    finally:
-        loop.close()
-        b.close()
+    a, b = unread_pair()
+    with b, contextlib.closing(loop):
+        assert loop.run_until_complete(writelines_pauses(loop, a)) == []  # asyncio: never paused
 
 
 def check_getaddrinfo_literal_inline() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         loop.run_until_complete(loop.getaddrinfo("127.0.0.1", 80))
         assert loop._default_executor is not None  # type: ignore[attr-defined]
         loop.run_until_complete(loop.shutdown_default_executor())
-    finally:
-        loop.close()
 
 
 def check_recv_size_adaptive() -> None:
     loop = stdlib_loop()
     a, b = socket.socketpair()
-    sizes: list[int] = []
-
-    class P(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            sizes.append(len(data))
-
-    async def main() -> None:
-        # Queue as much as the socket takes before the transport reads.
-        b.setblocking(False)
-        queued = 0
-        try:
-            while True:
-                queued += b.send(b"r" * 65536)
-        except BlockingIOError:
-            pass
-        b.close()
+    with contextlib.closing(loop):
+        queued, sizes = loop.run_until_complete(reads_of_queued_data(loop, a, b))
         assert queued > 64 * 1024
-        transport, _ = await loop.connect_accepted_socket(P, a)
-        while sum(sizes) < queued:
-            await asyncio.sleep(0.001)
-        transport.close()
-        await asyncio.sleep(0)
-
-    try:
-        loop.run_until_complete(main())
         # asyncio's very first read already asks for 256 KiB.
         assert sizes[0] > 64 * 1024
-    finally:
-        loop.close()
 
 
 def check_sendfile_transport_closed() -> None:
-    import tempfile
-
     loop = stdlib_loop()
     loop.set_exception_handler(lambda lp, ctx: None)  # its InvalidStateError
-    a, b = _unread_pair(loop)
+    a, b = unread_pair()
 
     async def main() -> None:
-        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
-        with tempfile.TemporaryFile() as f:
-            f.write(b"f" * (4 * 1024 * 1024))
-            f.flush()
-            f.seek(0)
-            task = asyncio.ensure_future(loop.sendfile(transport, f))
-            await asyncio.sleep(0.05)
+        async with native_sendfile_to_nobody(loop, a) as (transport, task, _):
             transport.close()
             done, _ = await asyncio.wait([task], timeout=0.3)
             assert not done  # asyncio: never completes
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    try:
+    with b, contextlib.closing(loop):
         loop.run_until_complete(main())
-    finally:
-        loop.close()
-        b.close()
 
 
 def check_sendfile_sets_file_position() -> None:
-    import io
 
     loop = stdlib_loop()
     a, b = socket.socketpair()
@@ -401,23 +286,16 @@ def check_sendfile_sets_file_position() -> None:
         a.close()
         assert b.recv(100) == b"def"
 
-    try:
+    with b, a, contextlib.closing(loop):
         loop.run_until_complete(main())
-    finally:
-        loop.close()
-        a.close()
-        b.close()
 
 
 def check_serve_forever_closes_clients() -> None:
     from test_net_server import _cancel_serve_forever_with_a_hanging_client
 
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         # asyncio: the cancelled serve_forever() waits for the client.
         assert not loop.run_until_complete(_cancel_serve_forever_with_a_hanging_client(loop))
-    finally:
-        loop.close()
 
 
 def check_socket_closed_without_transport() -> None:
@@ -427,153 +305,58 @@ def check_socket_closed_without_transport() -> None:
     def factory() -> asyncio.Protocol:
         raise ZeroDivisionError
 
-    try:
+    with b, a, contextlib.closing(loop):
         with pytest.raises(ZeroDivisionError):
             loop.run_until_complete(loop.create_connection(factory, sock=a))
         assert a.fileno() != -1  # asyncio: left open
-    finally:
-        loop.close()
-        a.close()
-        b.close()
 
 
 def check_start_serving_after_close() -> None:
     loop = stdlib_loop()
 
     async def main() -> None:
-        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
-        server.close()
-        await server.wait_closed()
+        server = await closed_server(loop)
         with pytest.raises(TypeError):
             await server.start_serving()
 
-    try:
+    with contextlib.closing(loop):
         loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 def check_zero_length_datagrams() -> None:
-    loop = stdlib_loop()
-    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    receiver.bind(("127.0.0.1", 0))
-    receiver.setblocking(False)
-
-    async def main() -> None:
-        transport, _ = await loop.create_datagram_endpoint(
-            asyncio.DatagramProtocol, remote_addr=receiver.getsockname()
-        )
-        transport.sendto(b"")
-        transport.sendto(b"after")
-        await asyncio.sleep(0.05)
-        assert receiver.recv(100) == b"after"  # the empty one never left
-        transport.close()
-        await asyncio.sleep(0)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-        receiver.close()
+    with contextlib.closing(stdlib_loop()) as loop:
+        # The empty one never left.
+        assert loop.run_until_complete(datagrams_after_an_empty_one(loop)) == [b"after"]
 
 
 def check_datagram_transport_class() -> None:
-    loop = stdlib_loop()
-
-    async def main() -> None:
-        transport, _ = await loop.create_datagram_endpoint(
-            asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0)
-        )
+    with contextlib.closing(stdlib_loop()) as loop:
+        transport = loop.run_until_complete(udp_endpoint_transport(loop))
         assert not isinstance(transport, asyncio.DatagramTransport)
-        transport.close()
-        await asyncio.sleep(0)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 def check_happy_eyeballs_no_refcycles() -> None:
     from net_support import refused_exception_holders
 
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         holders = refused_exception_holders(loop, 0.25)
-    finally:
-        loop.close()
     assert any(isinstance(ref, list) for ref in holders), holders
 
 
 def check_datagram_buffer_size_drains() -> None:
-    import tempfile
-
-    loop = stdlib_loop()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "peer")
-        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        peer.bind(path)
-        peer.setblocking(False)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        sock.connect(path)
-
-        async def main() -> int:
-            transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock)
-            for _ in range(50):
-                transport.sendto(b"x" * 1000)
-            received = 0
-            while received < 50:
-                await asyncio.sleep(0.005)
-                try:
-                    while True:
-                        peer.recv(2000)
-                        received += 1
-                except BlockingIOError:
-                    pass
-            await asyncio.sleep(0.01)
-            size = transport.get_write_buffer_size()
-            transport.close()
-            await asyncio.sleep(0)
-            return size
-
-        try:
-            assert loop.run_until_complete(main()) > 0  # asyncio: never drains to 0
-        finally:
-            loop.close()
-            peer.close()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.closing(stdlib_loop()) as loop:
+        _, size = loop.run_until_complete(unix_datagram_buffer_sizes(loop, tmp))
+        assert size > 0  # asyncio: never drains to 0
 
 
 def check_own_child_watcher() -> None:
-    from asyncio import unix_events
-
-    used: list[int] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-
-        class Recording(unix_events.ThreadedChildWatcher):
-            def add_child_handler(
-                self, pid: int, callback: Callable[..., object], *a: object
-            ) -> None:
-                used.append(pid)
-                super().add_child_handler(pid, callback, *a)
-
-        policy = asyncio.get_event_loop_policy()
-        old = policy._watcher  # type: ignore[attr-defined]
-        watcher = Recording()
-        policy._watcher = watcher  # type: ignore[attr-defined]
-    loop = stdlib_loop()
-
     async def main() -> None:
         proc = await asyncio.create_subprocess_exec("true")
         await proc.wait()
 
-    try:
+    with recording_policy_watcher() as used, contextlib.closing(stdlib_loop()) as loop:
         loop.run_until_complete(main())
         assert len(used) == 1  # asyncio asked the policy's watcher
-    finally:
-        loop.close()
-        policy._watcher = old  # type: ignore[attr-defined]
 
 
 def check_send_signal_never_reaps() -> None:
@@ -591,19 +374,10 @@ def check_send_signal_never_reaps() -> None:
         popen.wait()
 
 
-async def _spawn_with_failing_read_pipe(loop: asyncio.AbstractEventLoop) -> None:
-    async def failing(*args: object, **kwargs: object) -> None:
-        raise OSError("planted failure")
-
-    loop.connect_read_pipe = failing  # type: ignore[method-assign,assignment]
-    await asyncio.create_subprocess_exec("sleep", "30", stdout=asyncio.subprocess.PIPE)
-
-
 def check_subprocess_pipe_failure_no_hang() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         try:
-            loop.run_until_complete(asyncio.wait_for(_spawn_with_failing_read_pipe(loop), 1.0))
+            loop.run_until_complete(asyncio.wait_for(spawn_with_failing_read_pipe(loop), 1.0))
         except TimeoutError:
             hung = True  # asyncio before gh-119710
         except OSError:
@@ -618,8 +392,6 @@ def check_subprocess_pipe_failure_no_hang() -> None:
                     obj.stdout.close()
                 obj.wait()
         assert hung or left_open
-    finally:
-        loop.close()
 
 
 def check_wait_returns_at_exit() -> None:
@@ -648,10 +420,8 @@ def check_wait_returns_at_exit() -> None:
             os.kill(grandchild, signal.SIGKILL)
         assert await asyncio.wait_for(waiting, 5) == 0
 
-    try:
+    with contextlib.closing(loop):
         loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 # ----------------------------------------------------------------------
@@ -760,12 +530,10 @@ def check_tls_bytearray_get_buffer() -> None:
         await srv.wait_closed()
         await asyncio.sleep(0.01)
 
-    try:
+    with contextlib.closing(loop):
         loop.run_until_complete(main())
         assert len(got) == len(data)  # asyncio counted every byte...
         assert got != data  # ...but some went into a copy of the buffer
-    finally:
-        loop.close()
 
 
 def check_tls_paused_client_sends_finished() -> None:
@@ -793,11 +561,9 @@ def check_tls_paused_client_sends_finished() -> None:
         transport.abort()
         await asyncio.sleep(0.01)
 
-    try:
+    with contextlib.closing(loop):
         _with_raw_tls_server(loop, serve, client)
         assert outcome == ["handshake stalled"]  # asyncio held back the client's Finished
-    finally:
-        loop.close()
 
 
 def check_tls_writelines_type_check() -> None:
@@ -818,7 +584,7 @@ def check_tls_writelines_type_check() -> None:
         await srv.wait_closed()
         return exc  # type: ignore[no-any-return]
 
-    try:
+    with contextlib.closing(loop):
         exc = loop.run_until_complete(main())
         if IS_PYPY:
             assert exc is None
@@ -826,8 +592,6 @@ def check_tls_writelines_type_check() -> None:
         else:
             assert isinstance(exc, TypeError)  # ...but the connection is aborted with it
             assert [ctx["message"] for ctx in reports] == ["Fatal error on SSL protocol"]
-    finally:
-        loop.close()
 
 
 def check_tls_data_before_error() -> None:
@@ -852,12 +616,10 @@ def check_tls_data_before_error() -> None:
         exc = await asyncio.wait_for(protocol.lost, 10)
         return bytes(protocol.data), exc
 
-    try:
+    with contextlib.closing(loop):
         data, exc = _with_raw_tls_server(loop, serve, client)
         assert isinstance(exc, ssl.SSLError)
         assert data == b""  # asyncio dropped b"hello"
-    finally:
-        loop.close()
 
 
 def check_tls_delivery_at_most_256k() -> None:
@@ -893,23 +655,19 @@ def check_tls_delivery_at_most_256k() -> None:
         await srv.wait_closed()
         return client.sizes  # type: ignore[no-any-return]
 
-    try:
+    with contextlib.closing(loop):
         sizes = loop.run_until_complete(main())
         assert sum(sizes) == total
         assert max(sizes) > 256 * 1024  # asyncio: one call for all of it
-    finally:
-        loop.close()
 
 
 def check_start_tls_buffered_data() -> None:
     from test_tls_start_tls import streams_start_tls_after_buffering
 
     loop = stdlib_loop()
-    try:
-        with pytest.raises(TimeoutError):  # asyncio: the handshake waits for the hello
-            loop.run_until_complete(streams_start_tls_after_buffering(loop, _certs(), 1.0))
-    finally:
-        loop.close()
+    # asyncio: the handshake waits for the hello
+    with contextlib.closing(loop), pytest.raises(TimeoutError):
+        loop.run_until_complete(streams_start_tls_after_buffering(loop, _certs(), 1.0))
 
 
 def check_failed_tls_no_refcycles() -> None:
@@ -959,13 +717,10 @@ def check_tls_shutdown_timeout_until_closed() -> None:
 
     from tls_support import Route
 
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         route = Route("api", loop)
         with pytest.raises(TimeoutError):  # asyncio: connection_lost never comes
             route.run(shutdown_against_a_peer_that_stops_reading(route, _certs(), True))
-    finally:
-        loop.close()
 
 
 def check_tls_closed_twice() -> None:
@@ -983,38 +738,19 @@ def check_tls_closed_twice() -> None:
         srv.close()
         await srv.wait_closed()
 
-    try:
+    with contextlib.closing(loop):
         loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 def check_unix_path_calls_off_loop() -> None:
-    loop = stdlib_loop()
-    ran: list[bool] = []
-
-    async def main() -> None:
-        with tempfile.TemporaryDirectory(dir="/tmp") as folder:
-            loop.call_soon(ran.append, True)
-            server = await loop.create_unix_server(
-                asyncio.Protocol, os.path.join(folder, "s"), start_serving=False
-            )
-            assert ran == []  # asyncio: no other callback ran meanwhile
-            server.close()
-            await server.wait_closed()
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    with contextlib.closing(stdlib_loop()) as loop:
+        ran, _ = loop.run_until_complete(unix_server_binds_while_the_loop_runs(loop))
+        assert ran == []  # asyncio: no other callback ran meanwhile
 
 
 def check_loop_time_is_the_clock() -> None:
-    loop = stdlib_loop()
-    try:
+    with contextlib.closing(stdlib_loop()) as loop:
         assert loop.time.__self__ is loop  # asyncio: a bound method
-    finally:
-        loop.close()
 
 
 def check_child_starts_off_loop() -> None:
@@ -1041,20 +777,15 @@ def check_child_starts_off_loop() -> None:
         out, _ = await proc.communicate()
         return out.strip() == b"True"
 
-    try:
+    with contextlib.closing(loop):
         assert loop.run_until_complete(main()) is False  # asyncio: the loop was blocked
-    finally:
-        loop.close()
 
 
 def check_poll_accepts_fd_not_open() -> None:
     not_open = 10**6  # above any fd this process has open
     loop = stdlib_loop()  # its default selector: epoll on Linux
-    try:
-        with pytest.raises(OSError):
-            loop.add_reader(not_open, lambda: None)
-    finally:
-        loop.close()
+    with contextlib.closing(loop), pytest.raises(OSError):
+        loop.add_reader(not_open, lambda: None)
     # What tideloop's poll poller does is what asyncio does with a PollSelector.
     poll_loop = asyncio.SelectorEventLoop(selectors.PollSelector())
     try:
@@ -1076,11 +807,8 @@ def check_writelines_after_connection_lost() -> None:
             transport.writelines([b"x"])
         assert transport.get_write_buffer_size() == 1  # asyncio 3.12: kept for good
 
-    try:
+    with b, contextlib.closing(loop):
         loop.run_until_complete(main())
-    finally:
-        loop.close()
-        b.close()
 
 
 def check_read_pipe_abort() -> None:

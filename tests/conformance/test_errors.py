@@ -171,8 +171,9 @@ def test_unreferenced_failed_task_is_reported_without_gc(
     assert seen == ["Task exception was never retrieved"]
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio 3.11 runs handlers bare")
-def test_custom_handler_runs_in_handle_context(loop: asyncio.AbstractEventLoop) -> None:
+def _var_seen_by_custom_handler(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """VAR as a custom exception handler sees it, for a callback that fails in a
+    context where VAR is "handle-context"."""
     seen: list[str] = []
     loop.set_exception_handler(lambda lp, ctx: seen.append(VAR.get()))
     ctx = contextvars.copy_context()
@@ -180,19 +181,17 @@ def test_custom_handler_runs_in_handle_context(loop: asyncio.AbstractEventLoop) 
     loop.call_soon(failing_callback, context=ctx)
     loop.call_soon(loop.stop)
     loop.run_forever()
-    assert seen == ["handle-context"]
+    return seen
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio 3.11 runs handlers bare")
+def test_custom_handler_runs_in_handle_context(loop: asyncio.AbstractEventLoop) -> None:
+    assert _var_seen_by_custom_handler(loop) == ["handle-context"]
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="from 3.12 handlers run in context")
 def test_custom_handler_runs_bare_on_311(loop: asyncio.AbstractEventLoop) -> None:
-    seen: list[str] = []
-    loop.set_exception_handler(lambda lp, ctx: seen.append(VAR.get()))
-    ctx = contextvars.copy_context()
-    ctx.run(VAR.set, "handle-context")
-    loop.call_soon(failing_callback, context=ctx)
-    loop.call_soon(loop.stop)
-    loop.run_forever()
-    assert seen == ["unset"]
+    assert _var_seen_by_custom_handler(loop) == ["unset"]
 
 
 def _messages_for(loop: asyncio.AbstractEventLoop) -> list[str]:

@@ -8,122 +8,57 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
 import tideloop
 
+from divergence_support import (
+    datagrams_after_an_empty_one,
+    recording_policy_watcher,
+    spawn_with_failing_read_pipe,
+    udp_endpoint_transport,
+    unix_datagram_buffer_sizes,
+)
 from ipc_support import wait_until_zombie
 
 
 @pytest.mark.divergence("zero-length-datagrams")
 def test_an_empty_datagram_is_sent(loop: asyncio.AbstractEventLoop) -> None:
-    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    receiver.bind(("127.0.0.1", 0))
-    receiver.settimeout(5)
-
-    async def main() -> None:
-        transport, _ = await loop.create_datagram_endpoint(
-            asyncio.DatagramProtocol, remote_addr=receiver.getsockname()
-        )
-        transport.sendto(b"")
-        transport.sendto(b"after")
-        await asyncio.sleep(0.01)
-        assert await loop.run_in_executor(None, receiver.recv, 100) == b""
-        assert await loop.run_in_executor(None, receiver.recv, 100) == b"after"
-        transport.close()
-        await asyncio.sleep(0)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        receiver.close()
+    assert loop.run_until_complete(datagrams_after_an_empty_one(loop)) == [b"", b"after"]
 
 
 @pytest.mark.divergence("datagram-transport-class-3.11")
 def test_datagram_transport_class(loop: asyncio.AbstractEventLoop) -> None:
-    async def main() -> None:
-        transport, _ = await loop.create_datagram_endpoint(
-            asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0)
-        )
-        assert isinstance(transport, asyncio.DatagramTransport)
-        assert isinstance(transport, asyncio.Transport)  # as asyncio's own
-        transport.close()
-        await asyncio.sleep(0)
-
-    loop.run_until_complete(main())
+    transport = loop.run_until_complete(udp_endpoint_transport(loop))
+    assert isinstance(transport, asyncio.DatagramTransport)
+    assert isinstance(transport, asyncio.Transport)  # as asyncio's own
 
 
 @pytest.mark.divergence("datagram-buffer-size-drains")
 def test_datagram_buffer_size_returns_to_zero(
     loop: asyncio.AbstractEventLoop, tmp_path: Path
 ) -> None:
-    path = str(tmp_path / "peer")
-    peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    peer.bind(path)
-    peer.setblocking(False)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    sock.connect(path)
     header = 8 if sys.version_info >= (3, 13) else 0
-
-    async def main() -> None:
-        transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=sock)
-        for _ in range(50):
-            transport.sendto(b"x" * 1000)
-        queued = transport.get_write_buffer_size()
-        assert queued > 0 and queued % (1000 + header) == 0  # asyncio's unit per version
-        received = 0
-        while received < 50:
-            await asyncio.sleep(0.005)
-            try:
-                while True:
-                    assert peer.recv(2000) == b"x" * 1000
-                    received += 1
-            except BlockingIOError:
-                pass
-        await asyncio.sleep(0.01)
-        assert transport.get_write_buffer_size() == 0
-        transport.close()
-        await asyncio.sleep(0)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        peer.close()
+    queued, size = loop.run_until_complete(unix_datagram_buffer_sizes(loop, tmp_path))
+    assert queued > 0 and queued % (1000 + header) == 0  # asyncio's unit per version
+    assert size == 0
 
 
 @pytest.mark.divergence("own-child-watcher")
 def test_the_policy_child_watcher_is_not_used(loop: asyncio.AbstractEventLoop) -> None:
     if sys.version_info >= (3, 14):
         pytest.skip("child watchers are gone")
-    from asyncio import unix_events
-
-    used: list[int] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-
-        class Recording(unix_events.ThreadedChildWatcher):
-            def add_child_handler(self, pid: int, callback: object, *args: object) -> None:
-                used.append(pid)  # pragma: no cover (must not be called)
-
-        policy = asyncio.get_event_loop_policy()
-        old = policy._watcher  # type: ignore[attr-defined]
-        policy._watcher = Recording()  # type: ignore[attr-defined]
 
     async def main() -> int:
         proc = await asyncio.create_subprocess_exec("true")
         return await proc.wait()
 
-    try:
+    with recording_policy_watcher() as used:
         assert loop.run_until_complete(main()) == 0
         assert used == []
-    finally:
-        policy._watcher = old  # type: ignore[attr-defined]
 
 
 @pytest.mark.divergence("send-signal-never-reaps")
@@ -146,17 +81,9 @@ def test_signalling_a_child_that_just_exited_keeps_its_status(
 
 @pytest.mark.divergence("subprocess-pipe-failure-no-hang")
 def test_a_pipe_that_fails_to_connect_fails_the_spawn(loop: asyncio.AbstractEventLoop) -> None:
-    async def failing(*args: object, **kwargs: object) -> None:
-        raise OSError("planted failure")
-
-    loop.connect_read_pipe = failing  # type: ignore[method-assign,assignment]
-
     async def main() -> None:
         with pytest.raises(OSError, match="planted failure"):
-            await asyncio.wait_for(
-                asyncio.create_subprocess_exec("sleep", "30", stdout=asyncio.subprocess.PIPE),
-                10,
-            )
+            await asyncio.wait_for(spawn_with_failing_read_pipe(loop), 10)
 
     loop.run_until_complete(main())
 

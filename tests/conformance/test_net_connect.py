@@ -7,8 +7,6 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,35 +15,18 @@ import pytest
 from net_support import (
     Echo,
     Recorder,
+    blackhole,
+    cancelled_after,
+    close_client,
     close_server,
     free_port,
     free_ports,
     has_ipv6,
+    listening,
     refused_exception_holders,
+    tcp_pair,
+    tcp_session,
 )
-
-
-@contextmanager
-def blackhole() -> Iterator[tuple[str, int]]:
-    """An address whose connect() stays in progress: a listener with a full queue."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    fillers = []
-    try:
-        for _ in range(8):
-            f = socket.socket()
-            f.setblocking(False)
-            try:
-                f.connect(listener.getsockname())
-            except BlockingIOError:
-                pass
-            fillers.append(f)
-        yield listener.getsockname()
-    finally:
-        for f in fillers:
-            f.close()
-        listener.close()
 
 
 def fake_resolver(loop: asyncio.AbstractEventLoop, infos: list[tuple[Any, ...]]) -> None:
@@ -65,32 +46,21 @@ def info(host: str, port: int) -> tuple[Any, ...]:
 
 def test_create_connection_basic(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        transport, client = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
-        try:
+        async with tcp_session(loop, Echo, lambda: Recorder(loop)) as (transport, client):
             assert isinstance(client, Recorder)
             assert client.events[0] == "made"  # connection_made ran before we got it
             transport.write(b"ping")
             assert await client.wait_for_bytes(4) == b"ping"
-        finally:
-            transport.close()
-            await client.lost
-            await close_server(server)
 
     loop.run_until_complete(main())
 
 
 def test_create_connection_by_name(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "localhost", port, family=socket.AF_INET
+        server, transport, client = await tcp_pair(
+            loop, Echo, lambda: Recorder(loop), "localhost", family=socket.AF_INET
         )
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -113,25 +83,18 @@ def test_create_connection_with_sock(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_create_connection_local_addr(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
         local_port = free_port()
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port, local_addr=("127.0.0.1", local_port)
+        server, transport, client = await tcp_pair(
+            loop, Echo, lambda: Recorder(loop), local_addr=("127.0.0.1", local_port)
         )
         assert transport.get_extra_info("sockname") == ("127.0.0.1", local_port)
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
 
 def test_create_connection_local_addr_in_use(loop: asyncio.AbstractEventLoop) -> None:
-    taken = socket.socket()
-    with taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with listening() as taken:
 
         async def main() -> None:
             server = await loop.create_server(Echo, "127.0.0.1", 0)
@@ -251,15 +214,10 @@ def test_cancelled_create_connection(loop: asyncio.AbstractEventLoop) -> None:
 
         async def main() -> None:
             task = asyncio.ensure_future(loop.create_connection(asyncio.Protocol, *addr))
-            await asyncio.sleep(0.05)
-            if task.done():  # pragma: no cover - the kernel accepted after all
+            if not await cancelled_after(task, 0.05):  # pragma: no cover - accepted after all
                 transport, _ = task.result()
                 transport.close()
                 await asyncio.sleep(0)
-                return
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
 
         loop.run_until_complete(main())
     # The no-leak fixture checks that the attempt's socket was closed.
@@ -276,9 +234,7 @@ def test_happy_eyeballs_second_address_wins(loop: asyncio.AbstractEventLoop) -> 
         )
         elapsed = time.monotonic() - start
         assert transport.get_extra_info("peername") == good
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
         return elapsed
 
     with blackhole() as hole:
@@ -296,9 +252,7 @@ def test_happy_eyeballs_failure_starts_next_at_once(loop: asyncio.AbstractEventL
             lambda: Recorder(loop), "name.invalid", 80, happy_eyeballs_delay=10.0
         )
         elapsed = time.monotonic() - start
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
         return elapsed
 
     assert loop.run_until_complete(main()) < 5.0  # refused: no 10 s wait
@@ -323,14 +277,10 @@ def test_happy_eyeballs_cancelled(loop: asyncio.AbstractEventLoop) -> None:
                     asyncio.Protocol, "name.invalid", 80, happy_eyeballs_delay=0.01
                 )
             )
-            await asyncio.sleep(0.1)  # all three attempts are in flight
-            if task.done():  # pragma: no cover
+            # After 0.1 s all three attempts are in flight.
+            if not await cancelled_after(task, 0.1):  # pragma: no cover
                 task.result()[0].close()
                 await asyncio.sleep(0)
-                return
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
 
         loop.run_until_complete(main())
 
@@ -357,9 +307,7 @@ def test_create_connection_ipv6(loop: asyncio.AbstractEventLoop) -> None:
         assert transport.get_extra_info("socket").family == socket.AF_INET6
         transport.write(b"six")
         assert await client.wait_for_bytes(3) == b"six"
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -377,9 +325,7 @@ def test_create_unix_connection(loop: asyncio.AbstractEventLoop, tmp_path: Path)
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(str(path))
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), sock=sock)
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 

@@ -7,35 +7,29 @@ own checks (test_divergences.py) show that the stdlib loop behaves otherwise.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
-import io
-import os
 import random
 import socket
-import tempfile
-from collections.abc import Callable
 
 import pytest
 
 from tideloop._fdio.registry import READ_BUFFER_SIZE
 
+from divergence_support import (
+    Chunks,
+    Starved,
+    closed_server,
+    drain,
+    native_sendfile_to_nobody,
+    queue_until_full,
+    reads_of_queued_data,
+    sendfile_fallback_to_a_slow_peer,
+    unix_server_binds_while_the_loop_runs,
+    unread_pair,
+    until_received,
+    writelines_pauses,
+)
 from net_support import close_server
-
-
-def unread_pair() -> tuple[socket.socket, socket.socket]:
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    b.setblocking(False)
-    return a, b
-
-
-async def drain(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        out += await loop.sock_recv(sock, 65536)
-    return bytes(out)
 
 
 @pytest.mark.divergence("accept-out-of-resources")
@@ -45,21 +39,7 @@ def test_emfile_reported_once_and_retry_cancelled_on_close(
     reports: list[dict[str, object]] = []
     loop.set_exception_handler(lambda lp, ctx: reports.append(ctx))
     real = socket.socket()
-
-    class Starved:
-        def fileno(self) -> int:
-            return real.fileno()
-
-        def accept(self) -> tuple[socket.socket, object]:
-            raise OSError(errno.EMFILE, "Too many open files")
-
-        def getsockname(self) -> object:
-            return real.getsockname()
-
-        def close(self) -> None:
-            real.close()
-
-    starved = Starved()
+    starved = Starved(real)
     lp: object = loop
     lp._start_serving(asyncio.Protocol, starved, backlog=5)  # type: ignore[attr-defined]
     lp._accept_connection(asyncio.Protocol, starved, backlog=5)  # type: ignore[attr-defined]
@@ -127,60 +107,22 @@ def test_sendfile_fallback_sends_the_file_as_it_is(loop: asyncio.AbstractEventLo
     block's (asyncio 3.12+ sends the overwritten ones: its transport keeps a view)."""
     data = random.Random(23).randbytes(1024 * 1024)
     a, b = unread_pair()
-
-    async def main() -> bytes:
-        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
-        task = asyncio.ensure_future(loop.sendfile(transport, io.BytesIO(data)))
-        # Several blocks are read while the first is still unsent: over the
-        # high-water mark, the fallback waits for the peer.
-        while transport.get_write_buffer_size() <= 65536 and not task.done():
-            await asyncio.sleep(0.001)
-        received = await drain(loop, b, len(data))
-        assert await task == len(data)
-        transport.close()
-        await asyncio.sleep(0)
-        return received
-
     with b:
-        assert loop.run_until_complete(main()) == data
+        assert loop.run_until_complete(sendfile_fallback_to_a_slow_peer(loop, a, b, data)) == data
 
 
 @pytest.mark.divergence("unix-path-calls-off-loop")
 def test_unix_server_path_calls_run_while_the_loop_runs(loop: asyncio.AbstractEventLoop) -> None:
-    ran: list[bool] = []
-
-    async def main() -> None:
-        with tempfile.TemporaryDirectory(dir="/tmp") as folder:
-            path = os.path.join(folder, "s")
-            loop.call_soon(ran.append, True)
-            server = await loop.create_unix_server(asyncio.Protocol, path, start_serving=False)
-            assert ran == [True]  # the loop ran while the path was bound
-            assert os.path.exists(path)
-            server.close()
-            await server.wait_closed()
-
-    loop.run_until_complete(main())
+    ran, bound = loop.run_until_complete(unix_server_binds_while_the_loop_runs(loop))
+    assert ran == [True]  # the loop ran while the path was bound
+    assert bound
 
 
 @pytest.mark.divergence("writelines-flow-control")
 def test_writelines_pauses_the_protocol(loop: asyncio.AbstractEventLoop) -> None:
     a, b = unread_pair()
-    paused: list[bool] = []
-
-    class P(asyncio.Protocol):
-        def pause_writing(self) -> None:
-            paused.append(True)
-
-    async def main() -> None:
-        transport, _ = await loop.connect_accepted_socket(P, a)
-        transport.writelines([b"w" * (1024 * 1024)])
-        assert transport.get_write_buffer_size() > 64 * 1024
-        transport.abort()
-        await asyncio.sleep(0)
-
     with b:
-        loop.run_until_complete(main())
-    assert paused == [True]
+        assert loop.run_until_complete(writelines_pauses(loop, a)) == [True]
 
 
 def bulk_pair() -> tuple[socket.socket, socket.socket]:
@@ -191,52 +133,13 @@ def bulk_pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-def queue_until_full(write: Callable[[bytes], int], chunk: bytes) -> int:
-    """Write *chunk* with the non-blocking *write* until it takes no more; return the total."""
-    queued = 0
-    try:
-        while True:
-            queued += write(chunk)
-    except BlockingIOError:
-        pass
-    return queued
-
-
-async def until_received(chunks: list[bytes], nbytes: int) -> None:
-    """Wait until *chunks* (filled by a `Chunks` protocol) add up to *nbytes*."""
-    while sum(map(len, chunks)) < nbytes:
-        await asyncio.sleep(0.001)
-
-
-class Chunks(asyncio.Protocol):
-    """Appends every chunk data_received() gets to the caller's list."""
-
-    def __init__(self, got: list[bytes]) -> None:
-        self.got = got
-
-    def data_received(self, data: bytes) -> None:
-        self.got.append(data)
-
-
 @pytest.mark.divergence("recv-size-adaptive")
 def test_reads_grow_to_the_loops_read_buffer_after_a_large_read(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
     a, b = bulk_pair()
-    chunks: list[bytes] = []
-
-    async def main() -> None:
-        b.setblocking(False)
-        queued = queue_until_full(b.send, b"r" * 65536)
-        b.close()
-        assert queued > 3 * 64 * 1024
-        transport, _ = await loop.connect_accepted_socket(lambda: Chunks(chunks), a)
-        await until_received(chunks, queued)
-        transport.close()
-        await asyncio.sleep(0)
-
-    loop.run_until_complete(main())
-    sizes = [len(c) for c in chunks]
+    queued, sizes = loop.run_until_complete(reads_of_queued_data(loop, a, b))
+    assert queued > 3 * 64 * 1024
     assert sizes[0] == 64 * 1024
     assert max(sizes) == READ_BUFFER_SIZE  # the loop's read buffer: 120 KiB (PyPy: 256)
 
@@ -335,13 +238,7 @@ def test_closing_the_transport_ends_a_native_sendfile(loop: asyncio.AbstractEven
     a, b = unread_pair()
 
     async def main() -> None:
-        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
-        with tempfile.TemporaryFile() as f:
-            f.write(b"f" * (4 * 1024 * 1024))
-            f.flush()
-            f.seek(0)
-            task = asyncio.ensure_future(loop.sendfile(transport, f))
-            await asyncio.sleep(0.05)
+        async with native_sendfile_to_nobody(loop, a) as (transport, task, f):
             assert not task.done()  # nobody reads: os.sendfile() waits
             transport.close()
             with pytest.raises(ConnectionError):
@@ -355,9 +252,7 @@ def test_closing_the_transport_ends_a_native_sendfile(loop: asyncio.AbstractEven
 @pytest.mark.divergence("start-serving-after-close")
 def test_start_serving_after_close_does_nothing(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
-        server.close()
-        await server.wait_closed()
+        server = await closed_server(loop)
         await server.start_serving()
         assert not server.is_serving()
 

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from net_support import Recorder, close_server, no_reader_or_writer, recording_factory
+from net_support import Recorder, close_client, close_server, no_reader_or_writer, recording_factory
 
 DATA = bytes(range(256)) * 4096 + b"tail"  # ~1 MiB: more than one socket buffer
 # loop.sendfile()'s read()+write() fallback through a socket transport, on both
@@ -304,9 +304,7 @@ def test_loop_sendfile_peer_closes_midway(loop: asyncio.AbstractEventLoop, tmp_p
             with pytest.raises(ConnectionError):
                 await loop.sendfile(transport, f)
             assert 1024 <= f.tell() < 16 * 1024 * 1024
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 

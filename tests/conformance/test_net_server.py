@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 
-from net_support import Echo, Recorder, close_server, has_ipv6, recording_factory
+from net_support import (
+    Echo,
+    Recorder,
+    close_client,
+    close_server,
+    connecting,
+    has_ipv6,
+    listening,
+    recording_factory,
+    tcp_pair,
+)
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
@@ -115,10 +125,7 @@ def test_async_with_closes(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_server_close_keeps_connections(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(server)
-        )
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
         server.close()
         transport.write(b"still here")
         assert await client.wait_for_bytes(10) == b"still here"
@@ -132,10 +139,7 @@ def test_server_close_keeps_connections(loop: asyncio.AbstractEventLoop) -> None
 @pytest.mark.skipif(not PY312, reason="3.11's wait_closed() does not wait for connections")
 def test_wait_closed_waits_for_connections(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(server)
-        )
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
         transport.write(b"x")
         await client.wait_for_bytes(1)  # the server side exists
         waiter = asyncio.ensure_future(server.wait_closed())
@@ -155,10 +159,7 @@ def test_wait_closed_waits_for_connections(loop: asyncio.AbstractEventLoop) -> N
 @pytest.mark.skipif(PY312, reason="3.12+ wait_closed() waits for connections")
 def test_wait_closed_returns_at_once_on_311(loop: asyncio.AbstractEventLoop) -> None:
     async def main() -> None:
-        server = await loop.create_server(Echo, "127.0.0.1", 0)
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(server)
-        )
+        server, transport, client = await tcp_pair(loop, Echo, lambda: Recorder(loop))
         transport.write(b"x")
         await client.wait_for_bytes(1)
         waiter = asyncio.ensure_future(server.wait_closed())
@@ -257,10 +258,7 @@ def test_reuse_port(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_address_in_use(loop: asyncio.AbstractEventLoop) -> None:
-    taken = socket.socket()
-    with taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with listening() as taken:
         port = taken.getsockname()[1]
         with pytest.raises(OSError) as excinfo:
             loop.run_until_complete(
@@ -284,9 +282,7 @@ def test_create_server_with_sock(loop: asyncio.AbstractEventLoop) -> None:
         transport, client = await loop.create_connection(
             lambda: Recorder(loop), *sock.getsockname()
         )
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
         assert sock.fileno() == -1  # the server closed it
 
     loop.run_until_complete(main())
@@ -381,16 +377,9 @@ def test_accepts_a_burst(loop: asyncio.AbstractEventLoop) -> None:
         factory, accepted = recording_factory(loop)
 
         server = await loop.create_server(factory, "127.0.0.1", 0, backlog=200)
-        socks = []
+        socks: list[socket.socket] = []
         try:
-            for _ in range(150):
-                s = socket.socket()
-                s.setblocking(False)
-                try:
-                    s.connect(("127.0.0.1", port_of(server)))
-                except BlockingIOError:
-                    pass
-                socks.append(s)
+            socks = connecting(("127.0.0.1", port_of(server)), 150)
             for _ in range(500):
                 if len(accepted) == 150:
                     break
@@ -419,9 +408,7 @@ def test_unix_server(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), path)
         transport.write(b"u")
         assert await client.wait_for_bytes(1) == b"u"
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
     # 3.13 removes the socket file on close (cleanup_socket=True); 3.11/3.12 leave it.
@@ -466,9 +453,7 @@ def test_unix_server_with_sock(loop: asyncio.AbstractEventLoop, tmp_path: Path) 
     async def main() -> None:
         server = await loop.create_unix_server(Echo, sock=sock)
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), path)
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 
@@ -496,9 +481,7 @@ def test_unix_server_abstract_namespace(loop: asyncio.AbstractEventLoop) -> None
         transport, client = await loop.create_unix_connection(lambda: Recorder(loop), name)
         transport.write(b"abstract")
         assert await client.wait_for_bytes(8) == b"abstract"
-        transport.close()
-        await client.lost
-        await close_server(server)
+        await close_client(transport, client, server)
 
     loop.run_until_complete(main())
 

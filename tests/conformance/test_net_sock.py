@@ -8,7 +8,15 @@ import ssl
 
 import pytest
 
-from net_support import free_port, has_ipv6, no_reader_or_writer, nonblocking_pair
+from net_support import (
+    blackhole,
+    cancelled_after,
+    free_port,
+    has_ipv6,
+    listening,
+    no_reader_or_writer,
+    nonblocking_pair,
+)
 
 
 def test_recv_and_sendall(loop: asyncio.AbstractEventLoop) -> None:
@@ -133,11 +141,7 @@ def test_recvfrom_and_sendto(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_connect_and_accept(loop: asyncio.AbstractEventLoop) -> None:
-    listener = socket.socket()
-    client = socket.socket()
-    with listener, client:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+    with listening() as listener, socket.socket() as client:
         listener.setblocking(False)
         client.setblocking(False)
 
@@ -159,11 +163,7 @@ def test_connect_and_accept(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_connect_resolves_host_names(loop: asyncio.AbstractEventLoop) -> None:
-    listener = socket.socket()
-    client = socket.socket()
-    with listener, client:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+    with listening() as listener, socket.socket() as client:
         client.setblocking(False)
         port = listener.getsockname()[1]
         loop.run_until_complete(loop.sock_connect(client, ("localhost", port)))
@@ -181,11 +181,10 @@ def test_connect_refused(loop: asyncio.AbstractEventLoop) -> None:
 
 @pytest.mark.skipif(not has_ipv6(), reason="no IPv6 loopback")
 def test_connect_ipv6(loop: asyncio.AbstractEventLoop) -> None:
-    listener = socket.socket(socket.AF_INET6)
-    client = socket.socket(socket.AF_INET6)
-    with listener, client:
-        listener.bind(("::1", 0))
-        listener.listen()
+    with (
+        listening(("::1", 0), socket.AF_INET6) as listener,
+        socket.socket(socket.AF_INET6) as client,
+    ):
         listener.setblocking(False)
         client.setblocking(False)
 
@@ -200,11 +199,7 @@ def test_connect_ipv6(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_connect_unix(loop: asyncio.AbstractEventLoop, tmp_path: object) -> None:
     path = f"{tmp_path}/s.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    client = socket.socket(socket.AF_UNIX)
-    with listener, client:
-        listener.bind(path)
-        listener.listen()
+    with listening(path, socket.AF_UNIX) as listener, socket.socket(socket.AF_UNIX) as client:
         listener.setblocking(False)
         client.setblocking(False)
 
@@ -244,11 +239,7 @@ def test_cancelled_read_leaves_no_reader(loop: asyncio.AbstractEventLoop, op: st
         }[op]
 
         async def main() -> None:
-            task = asyncio.ensure_future(coro())
-            await asyncio.sleep(0.01)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            assert await cancelled_after(asyncio.ensure_future(coro()), 0.01)
 
         loop.run_until_complete(main())
         assert no_reader_or_writer(loop, sock.fileno())
@@ -268,11 +259,7 @@ def test_cancelled_sendall_leaves_no_writer(loop: asyncio.AbstractEventLoop) -> 
 
         async def main() -> None:
             task = asyncio.ensure_future(loop.sock_sendall(a, b"x" * (32 * 1024 * 1024)))
-            await asyncio.sleep(0.01)
-            assert not task.done()  # nobody reads: it is waiting
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            assert await cancelled_after(task, 0.01)  # nobody reads: it was waiting
 
         loop.run_until_complete(main())
         assert no_reader_or_writer(loop, a.fileno())
@@ -281,40 +268,17 @@ def test_cancelled_sendall_leaves_no_writer(loop: asyncio.AbstractEventLoop) -> 
 def test_cancelled_connect_leaves_no_writer(loop: asyncio.AbstractEventLoop) -> None:
     # A listener with a full backlog never completes the handshake:
     # connect() stays in progress until cancelled.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    fillers = []
     client = socket.socket()
     client.setblocking(False)
-    try:
-        # Fill the accept queue so that the next SYN is not answered.
-        for _ in range(8):
-            f = socket.socket()
-            f.setblocking(False)
-            try:
-                f.connect(listener.getsockname())
-            except BlockingIOError:
-                pass
-            fillers.append(f)
+    with blackhole() as addr, client:
 
         async def main() -> None:
-            task = asyncio.ensure_future(loop.sock_connect(client, listener.getsockname()))
-            await asyncio.sleep(0.05)
-            if task.done():
+            task = asyncio.ensure_future(loop.sock_connect(client, addr))
+            if not await cancelled_after(task, 0.05):
                 task.result()  # connected after all: nothing to cancel
-                return
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
 
         loop.run_until_complete(main())
         assert no_reader_or_writer(loop, client.fileno())
-    finally:
-        client.close()
-        for f in fillers:
-            f.close()
-        listener.close()
 
 
 def test_blocking_socket_refused_in_debug_mode(loop: asyncio.AbstractEventLoop) -> None:

@@ -31,10 +31,12 @@ import pytest
 from ipc_support import (
     closing_all,
     closing_transport,
+    data_then_eof,
+    fifo_files,
+    open_pipe,
     pipe_files,
     read_nonblocking,
     run,
-    short_tempdir,
     spin,
     until,
 )
@@ -66,6 +68,14 @@ async def read_pipe(
         yield transport, proto
 
 
+def closing_write_pipe(
+    loop: asyncio.AbstractEventLoop, pipe: Any
+) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
+    """A write pipe transport with a WriteRecorder; closed (connection_lost awaited)
+    afterwards, as `closing_transport` closes it."""
+    return closing_transport(loop.connect_write_pipe(lambda: WriteRecorder(loop), pipe))
+
+
 @contextlib.asynccontextmanager
 async def write_pipe(loop: asyncio.AbstractEventLoop, pipe: Any) -> AsyncIterator[tuple[Any, Any]]:
     """A write pipe transport with a WriteRecorder; aborted (connection_lost awaited) after,
@@ -87,14 +97,10 @@ def test_read_pipe_data_then_eof(loop: asyncio.AbstractEventLoop) -> None:
     """A pipe's read end: connection_made before the await returns, data, then on EOF
     eof_received and connection_lost(None); the fd is made non-blocking and the pipe
     object is closed at the end."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(loop.connect_read_pipe(lambda: Recorder(loop), r)) as (
-                transport,
-                proto,
-            ):
+            async with read_pipe(loop, r) as (transport, proto):
                 assert proto.events == ["made"]
                 assert proto.transport is transport
                 assert isinstance(transport, asyncio.ReadTransport)
@@ -103,12 +109,7 @@ def test_read_pipe_data_then_eof(loop: asyncio.AbstractEventLoop) -> None:
                 assert transport.is_reading()
                 assert not transport.is_closing()
                 assert not os.get_blocking(r.fileno())
-                w.write(b"hello ")
-                w.write(b"pipe")
-                assert await proto.wait_for_bytes(10) == b"hello pipe"
-                w.close()
-                assert await proto.lost is None
-                assert proto.events == ["made", "data", "eof", "lost"]
+                await data_then_eof(proto, w.write, w.close, b"hello ", b"pipe")
                 assert transport.is_closing()
                 assert r.closed
 
@@ -117,13 +118,10 @@ def test_read_pipe_data_then_eof(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_read_pipe_eof_received_return_value_is_ignored(loop: asyncio.AbstractEventLoop) -> None:
     """Unlike sockets, a read pipe closes after EOF even if eof_received returns True."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_read_pipe(lambda: Recorder(loop, keep_open_on_eof=True), r)
-            ) as (transport, proto):
+            async with read_pipe(loop, r, keep_open_on_eof=True) as (transport, proto):
                 w.close()
                 assert await proto.lost is None
                 assert proto.events == ["made", "eof", "lost"]
@@ -135,8 +133,7 @@ def test_read_pipe_eof_received_return_value_is_ignored(loop: asyncio.AbstractEv
 def test_read_pipe_pause_and_resume(loop: asyncio.AbstractEventLoop) -> None:
     """pause_reading stops data_received (data waits in the pipe), resume_reading delivers it;
     pausing twice or resuming twice is harmless."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             async with read_pipe(loop, r) as (transport, proto):
@@ -157,14 +154,10 @@ def test_read_pipe_pause_and_resume(loop: asyncio.AbstractEventLoop) -> None:
 def test_read_pipe_close(loop: asyncio.AbstractEventLoop) -> None:
     """close(): is_closing and not reading at once; connection_lost(None) later, with no
     eof_received; the read end is closed, so the writer then gets EPIPE."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(loop.connect_read_pipe(lambda: Recorder(loop), r)) as (
-                transport,
-                proto,
-            ):
+            async with read_pipe(loop, r) as (transport, proto):
                 transport.close()
                 assert transport.is_closing()
                 assert not transport.is_reading()
@@ -182,8 +175,7 @@ def test_read_pipe_close(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_read_pipe_set_protocol(loop: asyncio.AbstractEventLoop) -> None:
     """set_protocol switches where data and EOF go."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             async with read_pipe(loop, r) as (transport, first):
@@ -207,23 +199,11 @@ def test_read_pipe_on_a_fifo(loop: asyncio.AbstractEventLoop) -> None:
     """A named pipe (os.mkfifo) works like a pipe: data, then EOF when the writer closes."""
 
     async def main() -> None:
-        with short_tempdir() as tmp:
-            path = os.path.join(tmp, "fifo")
-            os.mkfifo(path)
-            r = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0)
-            w = os.fdopen(os.open(path, os.O_WRONLY | os.O_NONBLOCK), "wb", buffering=0)
-            with closing_all(r, w):
-                assert stat.S_ISFIFO(os.fstat(r.fileno()).st_mode)
-                async with closing_transport(loop.connect_read_pipe(lambda: Recorder(loop), r)) as (
-                    transport,
-                    proto,
-                ):
-                    w.write(b"through the fifo")
-                    assert await proto.wait_for_bytes(16) == b"through the fifo"
-                    w.close()
-                    assert await proto.lost is None
-                    assert proto.events == ["made", "data", "eof", "lost"]
-                    assert transport.is_closing()
+        with fifo_files() as (r, w):
+            assert stat.S_ISFIFO(os.fstat(r.fileno()).st_mode)
+            async with read_pipe(loop, r) as (transport, proto):
+                await data_then_eof(proto, w.write, w.close, b"through the fifo")
+                assert transport.is_closing()
 
     run(loop, main())
 
@@ -234,16 +214,11 @@ def test_read_pipe_on_a_socket(loop: asyncio.AbstractEventLoop) -> None:
     with closing_all(a, b):
 
         async def main() -> None:
-            async with closing_transport(loop.connect_read_pipe(lambda: Recorder(loop), a)) as (
-                transport,
-                proto,
-            ):
+            async with read_pipe(loop, a) as (transport, proto):
                 assert transport.get_extra_info("pipe") is a
-                b.sendall(b"over a socket")
-                assert await proto.wait_for_bytes(13) == b"over a socket"
-                b.shutdown(socket.SHUT_WR)
-                assert await proto.lost is None
-                assert proto.events == ["made", "data", "eof", "lost"]
+                await data_then_eof(
+                    proto, b.sendall, lambda: b.shutdown(socket.SHUT_WR), b"over a socket"
+                )
                 assert a.fileno() == -1
 
         run(loop, main())
@@ -279,8 +254,7 @@ def test_regular_files_are_refused(loop: asyncio.AbstractEventLoop, tmp_path: An
 def test_write_pipe_basics(loop: asyncio.AbstractEventLoop) -> None:
     """A pipe's write end: a WriteTransport with can_write_eof, an empty buffer, asyncio's
     default limits; bytes, bytearray, memoryview and writelines all arrive in order."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             async with write_pipe(loop, w) as (transport, proto):
@@ -307,8 +281,7 @@ def test_write_pipe_basics(loop: asyncio.AbstractEventLoop) -> None:
 def test_write_rejects_non_bytes(loop: asyncio.AbstractEventLoop) -> None:
     """write(str) on a write pipe fails asyncio's ``assert isinstance(data, (bytes, ...))``:
     AssertionError whose message is repr(data); the transport stays usable."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             async with write_pipe(loop, w) as (transport, _):
@@ -324,8 +297,7 @@ def test_write_rejects_non_bytes(loop: asyncio.AbstractEventLoop) -> None:
 def test_write_pipe_reading_methods_are_not_implemented(loop: asyncio.AbstractEventLoop) -> None:
     """asyncio's write pipe transport is an asyncio.Transport whose reading methods raise
     NotImplementedError (a subprocess's stdin too); it still sees its reader go away."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             async with write_pipe(loop, w) as (transport, proto):
@@ -386,9 +358,7 @@ def test_write_eof_flushes_then_closes(loop: asyncio.AbstractEventLoop) -> None:
         async def main() -> None:
             async with read_pipe(loop, r) as (reader, rproto):
                 reader.pause_reading()
-                async with closing_transport(
-                    loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-                ) as (transport, proto):
+                async with closing_write_pipe(loop, w) as (transport, proto):
                     transport.write(payload)
                     assert transport.get_write_buffer_size() > 0
                     transport.write_eof()
@@ -415,7 +385,7 @@ def test_close_is_write_eof(loop: asyncio.AbstractEventLoop) -> None:
         async def main() -> None:
             async with (
                 read_pipe(loop, r) as (_, rproto),
-                closing_transport(loop.connect_write_pipe(lambda: WriteRecorder(loop), w)) as (
+                closing_write_pipe(loop, w) as (
                     transport,
                     proto,
                 ),
@@ -438,9 +408,7 @@ def test_abort_drops_the_buffer(loop: asyncio.AbstractEventLoop) -> None:
     with closing_all(r, w):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, w) as (transport, proto):
                 transport.write(payload)
                 held = len(payload) - transport.get_write_buffer_size()
                 transport.abort()
@@ -458,13 +426,10 @@ def test_abort_drops_the_buffer(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_writes_after_close_are_dropped(loop: asyncio.AbstractEventLoop) -> None:
     """write() after close() is dropped silently five times, then each one logs a warning."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, w) as (transport, proto):
                 transport.close()
                 with captured_asyncio_logs() as records:
                     for _ in range(5):
@@ -490,13 +455,10 @@ def test_writes_after_close_are_dropped(loop: asyncio.AbstractEventLoop) -> None
 def test_reader_gone_then_write_is_broken_pipe(loop: asyncio.AbstractEventLoop) -> None:
     """The read end closed and the loop has not noticed yet: write() hits EPIPE, which is
     reported as connection_lost(BrokenPipeError(EPIPE)), not to the exception handler."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, w) as (transport, proto):
                 r.close()
                 transport.write(b"nobody reads this")
                 assert transport.is_closing()
@@ -512,13 +474,10 @@ def test_reader_gone_then_write_is_broken_pipe(loop: asyncio.AbstractEventLoop) 
 def test_reader_gone_while_idle_is_a_clean_close(loop: asyncio.AbstractEventLoop) -> None:
     """The read end closes while nothing is buffered: the loop notices by itself (the write
     end polls readable) and calls connection_lost(None)."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, w) as (transport, proto):
                 r.close()
                 assert await proto.lost is None
                 assert transport.is_closing()
@@ -530,13 +489,10 @@ def test_reader_gone_while_idle_is_a_clean_close(loop: asyncio.AbstractEventLoop
 def test_reader_gone_with_data_buffered(loop: asyncio.AbstractEventLoop) -> None:
     """The read end closes while data is buffered: connection_lost(BrokenPipeError), the
     buffer is dropped; no exception handler call."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, w) as (transport, proto):
                 transport.write(b"b" * (1 << 20))
                 assert transport.get_write_buffer_size() > 0
                 r.close()
@@ -552,21 +508,14 @@ def test_fifo_write_pipe_and_reader_gone(loop: asyncio.AbstractEventLoop) -> Non
     """A FIFO's write end: data reaches the reader; when the reader closes, connection_lost."""
 
     async def main() -> None:
-        with short_tempdir() as tmp:
-            path = os.path.join(tmp, "fifo")
-            os.mkfifo(path)
-            r = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0)
-            w = os.fdopen(os.open(path, os.O_WRONLY | os.O_NONBLOCK), "wb", buffering=0)
-            with closing_all(r, w):
-                async with closing_transport(
-                    loop.connect_write_pipe(lambda: WriteRecorder(loop), w)
-                ) as (transport, proto):
-                    transport.write(b"into the fifo")
-                    await until(lambda: transport.get_write_buffer_size() == 0)
-                    assert await read_nonblocking(r, 13) == b"into the fifo"
-                    r.close()
-                    assert await proto.lost is None
-                    assert proto.events == ["made", "lost"]
+        with fifo_files() as (r, w):
+            async with closing_write_pipe(loop, w) as (transport, proto):
+                transport.write(b"into the fifo")
+                await until(lambda: transport.get_write_buffer_size() == 0)
+                assert await read_nonblocking(r, 13) == b"into the fifo"
+                r.close()
+                assert await proto.lost is None
+                assert proto.events == ["made", "lost"]
 
     run(loop, main())
 
@@ -582,9 +531,7 @@ def test_socket_write_pipe(loop: asyncio.AbstractEventLoop) -> None:
     with closing_all(a, b):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), a)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, a) as (transport, proto):
                 transport.write(b"to the peer")
                 b.setblocking(False)
                 assert await loop.sock_recv(b, 100) == b"to the peer"
@@ -602,9 +549,7 @@ def test_socket_write_pipe_closes_when_the_peer_sends(loop: asyncio.AbstractEven
     with closing_all(a, b):
 
         async def main() -> None:
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), a)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, a) as (transport, proto):
                 b.sendall(b"unexpected")
                 assert await proto.lost is None
                 assert transport.is_closing()
@@ -620,9 +565,7 @@ def test_dev_null_write_pipe(loop: asyncio.AbstractEventLoop) -> None:
 
         async def main() -> None:
             assert stat.S_ISCHR(os.fstat(f.fileno()).st_mode)
-            async with closing_transport(
-                loop.connect_write_pipe(lambda: WriteRecorder(loop), f)
-            ) as (transport, proto):
+            async with closing_write_pipe(loop, f) as (transport, proto):
                 for _ in range(10):
                     transport.write(b"\0" * (1 << 20))
                 assert transport.get_write_buffer_size() == 0

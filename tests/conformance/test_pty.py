@@ -28,6 +28,7 @@ from ipc_support import (
     child,
     closing_all,
     closing_transport,
+    data_then_eof,
     py,
     read_nonblocking,
     run,
@@ -136,11 +137,7 @@ def test_slave_read_sees_eof_when_master_closes(loop: asyncio.AbstractEventLoop)
                 transport,
                 proto,
             ):
-                master.write(b"to the slave")
-                assert await proto.wait_for_bytes(12) == b"to the slave"
-                master.close()
-                assert await proto.lost is None
-                assert proto.events == ["made", "data", "eof", "lost"]
+                await data_then_eof(proto, master.write, master.close, b"to the slave")
                 assert transport.is_closing()
 
         run(loop, main())

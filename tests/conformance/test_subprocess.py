@@ -44,6 +44,7 @@ from ipc_support import (
     child,
     closing_all,
     closing_transport,
+    open_pipe,
     pipe_files,
     py,
     read_nonblocking,
@@ -433,8 +434,7 @@ def test_devnull_and_stderr_to_stdout(loop: asyncio.AbstractEventLoop) -> None:
 def test_fd_and_file_objects_as_stdio(loop: asyncio.AbstractEventLoop, tmp_path: Any) -> None:
     """stdout as a raw fd, stdin as a file object, stderr as a file object: no pipe transport
     for them, the child uses them directly."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             src = tmp_path / "in.txt"
@@ -839,8 +839,7 @@ def test_pipes_closing_before_exit(loop: asyncio.AbstractEventLoop) -> None:
     """A child that closes stdin, stdout and stderr and keeps running: pipe_connection_lost for
     all three while get_returncode() is still None; process_exited and connection_lost come
     when it exits."""
-    r, w = pipe_files()
-    with closing_all(r, w):
+    with open_pipe() as (r, w):
 
         async def main() -> None:
             code = f"import os; os.close(0); os.close(1); os.close(2); os.read({r.fileno()}, 1)"
@@ -885,8 +884,7 @@ GRANDCHILD = (
 def test_exit_while_a_grandchild_holds_the_pipes(loop: asyncio.AbstractEventLoop) -> None:
     """The child exits while a grandchild still holds its stdin/stdout: process_exited comes
     first (returncode known), the pipes and connection_lost only when the grandchild exits."""
-    r, w = pipe_files()
-    with closing_all(r, w), subreaper():
+    with open_pipe() as (r, w), subreaper():
 
         async def main() -> None:
             async with closing_transport(
@@ -925,8 +923,7 @@ def test_wait_with_a_grandchild_holding_the_pipes(loop: asyncio.AbstractEventLoo
     still holds the pipes (gh-119710); returncode is set then; wait() started after the exit
     returns at once; signals after the exit are no-ops; the pipes end when the grandchild
     lets go."""
-    r, w = pipe_files()
-    with closing_all(r, w), subreaper():
+    with open_pipe() as (r, w), subreaper():
 
         async def main() -> None:
             async with child(

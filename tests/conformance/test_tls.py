@@ -22,31 +22,20 @@ import pytest
 
 from tideloop._transports import tls as tlsmod
 
+from net_support import captured_asyncio_logs
 from tls_support import (
-    ROUTES,
     WAIT,
     Certs,
     Echo,
     Recorder,
     Route,
-    captured_asyncio_logs,
     close_server,
+    connect_tls,
     first,
-    make_certs,
     payload,
     port_of,
     recording_factory,
 )
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certs:
-    return make_certs()
-
-
-@pytest.fixture(params=ROUTES)
-def tls(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop) -> Route:
-    return Route(request.param, loop)
 
 
 async def connect_pair(
@@ -69,13 +58,8 @@ async def connect_pair(
             return made[-1]
 
     srv = await tls.serve(factory, ssl=certs.server)
-    transport, proto = await tls.connect(
-        client or (lambda: Recorder(loop)),
-        "127.0.0.1",
-        port_of(srv),
-        ssl=client_ssl or certs.client,
-        server_hostname="localhost",
-        **kwargs,
+    transport, proto = await connect_tls(
+        tls, certs, port_of(srv), client, ssl=client_ssl or certs.client, **kwargs
     )
     return srv, transport, proto, made
 
@@ -128,12 +112,8 @@ def make_certs_client(certs: Certs) -> ssl.SSLContext:
 
 
 def test_many_concurrent_clients(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def one(port: int, i: int) -> None:
-        transport, client = await tls.connect(
-            lambda: Recorder(loop), "127.0.0.1", port, ssl=certs.client, server_hostname="localhost"
-        )
+        transport, client = await connect_tls(tls, certs, port)
         data = payload(1000 + i * 997)
         transport.write(data)
         assert await client.wait_for_bytes(len(data)) == data
@@ -412,13 +392,7 @@ def test_client_certificate(tls: Route, certs: Certs) -> None:
     async def main() -> None:
         factory, made = recording_factory(loop)
         srv = await tls.serve(factory, ssl=server_context)
-        transport, client = await tls.connect(
-            lambda: Recorder(loop),
-            "127.0.0.1",
-            port_of(srv),
-            ssl=client_context,
-            server_hostname="localhost",
-        )
+        transport, client = await connect_tls(tls, certs, port_of(srv), ssl=client_context)
         server = await first(made)
         peercert = server.transport.get_extra_info("peercert")
         assert ("email", "client@example.org") in peercert["subjectAltName"]
@@ -865,15 +839,7 @@ def test_connect_accepted_socket(tls: Route, certs: Certs) -> None:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.setblocking(False)
-            connecting = asyncio.ensure_future(
-                tls.connect(
-                    lambda: Recorder(loop),
-                    "127.0.0.1",
-                    listener.getsockname()[1],
-                    ssl=certs.client,
-                    server_hostname="localhost",
-                )
-            )
+            connecting = asyncio.ensure_future(connect_tls(tls, certs, listener.getsockname()[1]))
             accepted, _ = await loop.sock_accept(listener)
             try:
                 server_transport, server = await tls.connect_accepted_socket(

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from net_support import captured_asyncio_logs
 from tls_support import (
-    ROUTES,
     WAIT,
     Certs,
     Echo,
@@ -27,10 +27,9 @@ from tls_support import (
     Route,
     ThreadPeer,
     bio_server_handshake,
-    captured_asyncio_logs,
     close_server,
+    connect_tls,
     first,
-    make_certs,
     payload,
     port_of,
     recording_factory,
@@ -39,25 +38,9 @@ from tls_support import (
 )
 
 
-@pytest.fixture(scope="module")
-def certs() -> Certs:
-    return make_certs()
-
-
-@pytest.fixture(params=ROUTES)
-def tls(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop) -> Route:
-    return Route(request.param, loop)
-
-
 async def still_serves(tls: Route, certs: Certs, srv: asyncio.AbstractServer) -> None:
     """A good client still gets through after the bad one."""
-    transport, client = await tls.connect(
-        lambda: Recorder(tls.loop),
-        "127.0.0.1",
-        port_of(srv),
-        ssl=certs.client,
-        server_hostname="localhost",
-    )
+    transport, client = await connect_tls(tls, certs, port_of(srv))
     assert transport.get_extra_info("peercert") is not None
     transport.close()
     assert await client.wait_lost() is None
@@ -89,13 +72,7 @@ def test_untrusted_certificate(tls: Route, certs: Certs) -> None:
         factory, made = recording_factory(loop)
         srv = await tls.serve(factory, ssl=certs.untrusted_server)
         with pytest.raises(ssl.SSLCertVerificationError) as info:
-            await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            await connect_tls(tls, certs, port_of(srv))
         assert info.value.reason == "CERTIFICATE_VERIFY_FAILED"
         assert "unable to get local issuer certificate" in str(info.value)
         await asyncio.sleep(0.05)
@@ -106,18 +83,10 @@ def test_untrusted_certificate(tls: Route, certs: Certs) -> None:
 
 
 def test_wrong_hostname(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
         srv = await tls.serve(Echo, ssl=certs.other_name_server)
         with pytest.raises(ssl.SSLCertVerificationError) as info:
-            await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            await connect_tls(tls, certs, port_of(srv))
         assert "Hostname mismatch" in str(info.value)
         await close_server(srv)
 
@@ -142,8 +111,8 @@ def test_no_hostname_check_with_empty_server_hostname(tls: Route, certs: Certs) 
 
     async def main() -> None:
         srv = await tls.serve(Echo, ssl=certs.other_name_server)
-        transport, client = await tls.connect(
-            lambda: Recorder(loop), "127.0.0.1", port_of(srv), ssl=context, server_hostname=""
+        transport, client = await connect_tls(
+            tls, certs, port_of(srv), ssl=context, server_hostname=""
         )
         assert transport.get_extra_info("ssl_object").server_hostname is None
         transport.write(b"ok")
@@ -156,13 +125,7 @@ def test_no_hostname_check_with_empty_server_hostname(tls: Route, certs: Certs) 
         # reaches create_connection's caller. Whichever this Python's does.
         refusal = _ssl_refusal_without_hostname(certs.client)
         if refusal is None:
-            transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="",
-            )
+            transport, client = await connect_tls(tls, certs, port_of(srv), server_hostname="")
             transport.close()
             await client.wait_lost()
         else:
@@ -194,13 +157,7 @@ def test_debug_log_for_failed_handshake(
     async def main() -> None:
         srv = await tls.serve(Echo, ssl=certs.untrusted_server)
         with captured_asyncio_logs() as records, pytest.raises(ssl.SSLCertVerificationError):
-            await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            await connect_tls(tls, certs, port_of(srv))
         debug = [r for r in records if r.levelname == "DEBUG"]
         assert any(
             r.getMessage().endswith("SSL handshake failed on verifying the certificate")
@@ -245,18 +202,10 @@ def test_garbage_to_tls_server(tls: Route, certs: Certs) -> None:
 
 
 def test_tls_client_to_plaintext_echo_server(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        srv = tls.track(await loop.create_server(Echo, "127.0.0.1", 0))
+        srv = await tls.serve_plain(Echo)
         with pytest.raises(ssl.SSLError):
-            await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            await connect_tls(tls, certs, port_of(srv))
         await close_server(srv)
 
     tls.run(main())
@@ -278,18 +227,11 @@ def test_tls_client_to_server_that_answers_and_closes(
     tls: Route, certs: Certs, reply: bytes
 ) -> None:
     """Garbage, a fatal alert, or nothing at all, then the server closes."""
-    loop = tls.loop
 
     async def main() -> None:
-        srv = tls.track(await loop.create_server(lambda: SendThenClose(reply), "127.0.0.1", 0))
+        srv = await tls.serve_plain(lambda: SendThenClose(reply))
         with pytest.raises((ssl.SSLError, ConnectionError)) as info:
-            await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            await connect_tls(tls, certs, port_of(srv))
         if not reply:
             assert isinstance(info.value, ConnectionResetError)
         await close_server(srv)
@@ -327,20 +269,11 @@ def test_peer_disconnects_mid_handshake(tls: Route, certs: Certs) -> None:
 
 
 def test_handshake_timeout_client(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        silent = tls.track(await loop.create_server(asyncio.Protocol, "127.0.0.1", 0))
+        silent = await tls.serve_plain(asyncio.Protocol)
         started = time.monotonic()
         with pytest.raises(ConnectionAbortedError) as info:
-            await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(silent),
-                ssl=certs.client,
-                server_hostname="localhost",
-                ssl_handshake_timeout=0.3,
-            )
+            await connect_tls(tls, certs, port_of(silent), ssl_handshake_timeout=0.3)
         elapsed = time.monotonic() - started
         assert str(info.value) == (
             "SSL handshake is taking longer than 0.3 seconds: aborting the connection"
@@ -388,19 +321,11 @@ def test_timeouts_must_be_positive(loop: asyncio.AbstractEventLoop, value: float
 
 
 def test_cancelled_connect_during_handshake(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        silent = tls.track(await loop.create_server(asyncio.Protocol, "127.0.0.1", 0))
+        silent = await tls.serve_plain(asyncio.Protocol)
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(
-                tls.connect(
-                    lambda: Recorder(loop),
-                    "127.0.0.1",
-                    port_of(silent),
-                    ssl=certs.client,
-                    server_hostname="localhost",
-                ),
+                connect_tls(tls, certs, port_of(silent)),
                 0.2,
             )
         await close_server(silent)
@@ -429,14 +354,7 @@ def test_shutdown_timeout(tls: Route, certs: Certs) -> None:
     async def main() -> None:
         with ThreadPeer(loop, handshake_then_wait(certs.server)) as peer:
             peer.flag("handshake")
-            transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
-                ssl_shutdown_timeout=0.3,
-            )
+            transport, client = await connect_tls(tls, certs, peer.port, ssl_shutdown_timeout=0.3)
             await peer.wait("handshake")
             started = time.monotonic()
             transport.close()
@@ -477,14 +395,7 @@ async def shutdown_against_a_peer_that_stops_reading(
     try:
         peer.flag("handshake")
         peer.flag("eof")
-        transport, client = await tls.connect(
-            lambda: Recorder(loop),
-            "127.0.0.1",
-            peer.port,
-            ssl=certs.client,
-            server_hostname="localhost",
-            ssl_shutdown_timeout=0.1,
-        )
+        transport, client = await connect_tls(tls, certs, peer.port, ssl_shutdown_timeout=0.1)
         await peer.wait("handshake")
         for _ in range(64):  # until the transport can pass nothing more on
             if client.paused:
@@ -540,13 +451,7 @@ def test_peer_closes_without_close_notify(tls: Route, certs: Certs) -> None:
         with ThreadPeer(loop, send_then_close_without_close_notify(certs.server, data)) as peer:
             peer.flag("closed")
             started = time.monotonic()
-            transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            transport, client = await connect_tls(tls, certs, peer.port)
             assert await client.wait_lost() is None
             assert time.monotonic() - started < 3  # not the 30 s shutdown timeout
             assert client.data == data
@@ -571,12 +476,8 @@ def test_data_while_paused_then_peer_closes(tls: Route, certs: Certs) -> None:
     async def main() -> None:
         with ThreadPeer(loop, send_then_close_without_close_notify(certs.server, data)) as peer:
             peer.flag("closed")
-            transport, client = await tls.connect(
-                lambda: PausedAtStart(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
+            transport, client = await connect_tls(
+                tls, certs, peer.port, lambda: PausedAtStart(loop)
             )
             await peer.wait("closed")
             await asyncio.sleep(0.2)  # the EOF has arrived meanwhile
@@ -610,12 +511,8 @@ def test_data_while_paused_then_close_notify(tls: Route, certs: Certs) -> None:
     async def main() -> None:
         with ThreadPeer(loop, target) as peer:
             peer.flag("unwrapped")
-            transport, client = await tls.connect(
-                lambda: PausedAtStart(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
+            transport, client = await connect_tls(
+                tls, certs, peer.port, lambda: PausedAtStart(loop)
             )
             await asyncio.sleep(0.2)
             assert client.events == ["made"]
@@ -644,13 +541,7 @@ def test_peer_sends_close_notify_but_keeps_tcp_open(tls: Route, certs: Certs) ->
         with ThreadPeer(loop, target) as peer:
             peer.flag("unwrapped")
             started = time.monotonic()
-            _transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            _transport, client = await connect_tls(tls, certs, peer.port)
             assert await client.wait_lost() is None
             assert time.monotonic() - started < 3
             assert client.data == b"goodbye"
@@ -733,13 +624,7 @@ def test_peer_ends_first_while_we_still_send(tls: Route, certs: Certs, how: str)
         target = memory_bio_server_that_ends_first(certs.server, how)
         with ThreadPeer(loop, target) as peer:
             peer.flag("done")
-            transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            transport, client = await connect_tls(tls, certs, peer.port)
             transport.write(b"ping")
             assert await client.wait_for_bytes(4) == b"pong"
             for _ in range(count):
@@ -768,13 +653,7 @@ def test_peer_resets_connection(tls: Route, certs: Certs) -> None:
 
     async def main() -> None:
         with ThreadPeer(loop, target) as peer:
-            _transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            _transport, client = await connect_tls(tls, certs, peer.port)
             exc = await client.wait_lost()
             assert exc is None or isinstance(exc, ConnectionResetError)
             assert client.lost_calls == 1
@@ -784,18 +663,11 @@ def test_peer_resets_connection(tls: Route, certs: Certs) -> None:
 
 def test_server_survives_clients_that_vanish(tls: Route, certs: Certs) -> None:
     """Clients that close right after (or during) the handshake, many times over."""
-    loop = tls.loop
 
     async def main() -> None:
         srv = await tls.serve(Echo, ssl=certs.server)
         for i in range(10):
-            transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            transport, client = await connect_tls(tls, certs, port_of(srv))
             if i % 2:
                 transport.abort()
             else:
@@ -820,13 +692,7 @@ def test_client_certificate_required_but_missing(tls: Route, certs: Certs) -> No
         srv = await tls.serve(factory, ssl=server_context)
         # TLS 1.3: the client's handshake completes before the server checks it.
         try:
-            transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                port_of(srv),
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            transport, client = await connect_tls(tls, certs, port_of(srv))
         except (ssl.SSLError, ConnectionError):
             pass
         else:
@@ -848,13 +714,7 @@ def test_write_during_peer_close(tls: Route, certs: Certs) -> None:
     async def main() -> None:
         factory, made = recording_factory(loop)
         srv = await tls.serve(factory, ssl=certs.server)
-        transport, client = await tls.connect(
-            lambda: Recorder(loop),
-            "127.0.0.1",
-            port_of(srv),
-            ssl=certs.client,
-            server_hostname="localhost",
-        )
+        transport, client = await connect_tls(tls, certs, port_of(srv))
         server = await first(made)
         server.transport.abort()
         for _ in range(200):
@@ -888,12 +748,8 @@ def test_pause_in_connection_made_does_not_stall_the_handshake(tls: Route, certs
     async def main() -> None:
         with ThreadPeer(loop, send_then_close_without_close_notify(certs.server, b"hi")) as peer:
             peer.flag("closed")
-            transport, client = await tls.connect(
-                lambda: PausedAtStart(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
+            transport, client = await connect_tls(
+                tls, certs, peer.port, lambda: PausedAtStart(loop)
             )
             await peer.wait("closed")  # its handshake completed
             transport.resume_reading()
@@ -922,13 +778,7 @@ def test_data_before_a_bad_record_is_delivered(tls: Route, certs: Certs) -> None
 
     async def main() -> None:
         with ThreadPeer(loop, target) as peer:
-            _transport, client = await tls.connect(
-                lambda: Recorder(loop),
-                "127.0.0.1",
-                peer.port,
-                ssl=certs.client,
-                server_hostname="localhost",
-            )
+            _transport, client = await connect_tls(tls, certs, peer.port)
             exc = await client.wait_lost()
             assert isinstance(exc, ssl.SSLError)
             # OpenSSL's reason for it on this Python (it changed in 3.6).

@@ -9,33 +9,23 @@ from __future__ import annotations
 import asyncio
 import ssl
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tls_support import (
-    ROUTES,
     WAIT,
     Certs,
     Echo,
     Recorder,
     Route,
     close_server,
+    connect_tls,
     first,
-    make_certs,
     payload,
     port_of,
 )
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certs:
-    return make_certs()
-
-
-@pytest.fixture(params=ROUTES)
-def tls(request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop) -> Route:
-    return Route(request.param, loop)
 
 
 class StartTLSServer(asyncio.Protocol):
@@ -92,23 +82,51 @@ class StartTLSServer(asyncio.Protocol):
             self.lost.set_result(exc)
 
 
-def test_start_tls_client_and_server_side(tls: Route, certs: Certs) -> None:
+def start_tls_servers(
+    tls: Route, context: ssl.SSLContext, **kwargs: Any
+) -> tuple[Callable[[], StartTLSServer], list[StartTLSServer]]:
+    """A factory of `StartTLSServer` protocols (*kwargs* go to each) and the list of
+    those it made."""
+    made: list[StartTLSServer] = []
+
+    def factory() -> StartTLSServer:
+        made.append(StartTLSServer(tls, context, **kwargs))
+        return made[-1]
+
+    return factory, made
+
+
+async def plain_client(
+    tls: Route, factory: Callable[[], asyncio.BaseProtocol]
+) -> tuple[asyncio.Server, Any, Recorder]:
+    """A plain server of *factory*'s protocols and a `Recorder` connected to it over
+    plain TCP, ready for start_tls (both tracked by *tls*)."""
     loop = tls.loop
+    srv = await tls.serve_plain(factory)
+    transport, client = await loop.create_connection(
+        lambda: Recorder(loop), "127.0.0.1", port_of(srv)
+    )
+    tls.track(transport)
+    return srv, transport, client
 
+
+async def starttls_answered(
+    tls: Route, context: ssl.SSLContext, lines: bytes = b""
+) -> tuple[asyncio.Server, Any, Recorder, list[StartTLSServer]]:
+    """`plain_client` to a `StartTLSServer` of *context*, which the client has sent
+    *lines* and STARTTLS and which has answered them (upper-cased, then OK):
+    (server, client transport, client, the server's protocols)."""
+    factory, made = start_tls_servers(tls, context)
+    srv, transport, client = await plain_client(tls, factory)
+    transport.write(lines + b"STARTTLS\n")
+    expected = lines.upper() + b"OK\n"
+    assert await client.wait_for_bytes(len(expected)) == expected
+    return srv, transport, client, made
+
+
+def test_start_tls_client_and_server_side(tls: Route, certs: Certs) -> None:
     async def main() -> None:
-        made: list[StartTLSServer] = []
-
-        def factory() -> StartTLSServer:
-            made.append(StartTLSServer(tls, certs.server))
-            return made[-1]
-
-        srv = tls.track(await loop.create_server(factory, "127.0.0.1", 0))
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
-        )
-        tls.track(transport)
-        transport.write(b"hello\nSTARTTLS\n")
-        assert await client.wait_for_bytes(9) == b"HELLO\nOK\n"
+        srv, transport, client, made = await starttls_answered(tls, certs.server, b"hello\n")
         new = await tls.start_tls(transport, client, certs.client, server_hostname="localhost")
         assert new is not transport
         assert new.get_protocol() is client
@@ -137,20 +155,10 @@ def test_start_tls_client_and_server_side(tls: Route, certs: Certs) -> None:
 
 def test_start_tls_with_client_hello_already_buffered(tls: Route, certs: Certs) -> None:
     """The ClientHello waits in the kernel before the server's start_tls: none of it is lost."""
-    loop = tls.loop
 
     async def main() -> None:
-        made: list[StartTLSServer] = []
-
-        def factory() -> StartTLSServer:
-            made.append(StartTLSServer(tls, certs.server, answer=False))
-            return made[-1]
-
-        srv = tls.track(await loop.create_server(factory, "127.0.0.1", 0))
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
-        )
-        tls.track(transport)
+        factory, made = start_tls_servers(tls, certs.server, answer=False)
+        srv, transport, client = await plain_client(tls, factory)
         transport.write(b"STARTTLS\n")
         server = await first(made)
         await asyncio.wait_for(server.asked, WAIT)  # its transport is paused now
@@ -178,14 +186,8 @@ def test_start_tls_with_client_hello_already_buffered(tls: Route, certs: Certs) 
 
 
 def test_start_tls_argument_errors(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        srv = tls.track(await loop.create_server(Echo, "127.0.0.1", 0))
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
-        )
-        tls.track(transport)
+        srv, transport, client = await plain_client(tls, Echo)
         with pytest.raises(TypeError, match="sslcontext is expected to be an instance of"):
             await tls.start_tls(transport, client, "not a context")
         with pytest.raises(TypeError, match="is not supported by start_tls"):
@@ -201,22 +203,8 @@ def test_start_tls_argument_errors(tls: Route, certs: Certs) -> None:
 
 
 def test_start_tls_handshake_failure(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        made: list[StartTLSServer] = []
-
-        def factory() -> StartTLSServer:
-            made.append(StartTLSServer(tls, certs.untrusted_server))
-            return made[-1]
-
-        srv = tls.track(await loop.create_server(factory, "127.0.0.1", 0))
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
-        )
-        tls.track(transport)
-        transport.write(b"STARTTLS\n")
-        assert await client.wait_for_bytes(3) == b"OK\n"
+        srv, transport, client, made = await starttls_answered(tls, certs.untrusted_server)
         with pytest.raises(ssl.SSLCertVerificationError):
             await tls.start_tls(transport, client, certs.client, server_hostname="localhost")
         assert transport.is_closing()
@@ -233,14 +221,8 @@ def test_start_tls_handshake_failure(tls: Route, certs: Certs) -> None:
 
 
 def test_start_tls_handshake_timeout(tls: Route, certs: Certs) -> None:
-    loop = tls.loop
-
     async def main() -> None:
-        srv = tls.track(await loop.create_server(asyncio.Protocol, "127.0.0.1", 0))
-        transport, client = await loop.create_connection(
-            lambda: Recorder(loop), "127.0.0.1", port_of(srv)
-        )
-        tls.track(transport)
+        srv, transport, client = await plain_client(tls, asyncio.Protocol)
         with pytest.raises(ConnectionAbortedError, match="SSL handshake is taking longer than"):
             await tls.start_tls(
                 transport,
@@ -261,25 +243,13 @@ def test_start_tls_handshake_timeout(tls: Route, certs: Certs) -> None:
 
 def test_tls_over_tls(tls: Route, certs: Certs) -> None:
     """start_tls on a TLS transport: the inner layer is a BufferedProtocol of the outer."""
-    loop = tls.loop
     inner_server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     certs.ca.issue_cert("localhost").configure_cert(inner_server)
 
     async def main() -> None:
-        made: list[StartTLSServer] = []
-
-        def factory() -> StartTLSServer:
-            made.append(StartTLSServer(tls, inner_server))
-            return made[-1]
-
+        factory, made = start_tls_servers(tls, inner_server)
         srv = await tls.serve(factory, ssl=certs.server)
-        outer, client = await tls.connect(
-            lambda: Recorder(loop),
-            "127.0.0.1",
-            port_of(srv),
-            ssl=certs.client,
-            server_hostname="localhost",
-        )
+        outer, client = await connect_tls(tls, certs, port_of(srv))
         outer.write(b"over tls\nSTARTTLS\n")
         assert await client.wait_for_bytes(12) == b"OVER TLS\nOK\n"
         inner = await tls.start_tls(outer, client, certs.client, server_hostname="localhost")
@@ -344,11 +314,7 @@ def test_failed_start_tls_leaves_no_cycle(loop: asyncio.AbstractEventLoop, certs
     import gc
     import weakref
 
-    made: list[StartTLSServer] = []
-
-    def factory() -> StartTLSServer:
-        made.append(StartTLSServer(Route("api", loop), certs.untrusted_server))
-        return made[-1]
+    factory, made = start_tls_servers(Route("api", loop), certs.untrusted_server)
 
     async def main() -> weakref.ref[asyncio.BaseTransport]:
         srv = await loop.create_server(factory, "127.0.0.1", 0)

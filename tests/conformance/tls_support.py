@@ -1,6 +1,7 @@
 """Helpers shared by the test_tls_* modules (this module has no tests).
 
-Every TLS test runs through two *routes* (the `tls` fixture):
+Every TLS test runs through two *routes* (the `tls` fixture, in this folder's
+``conftest.py`` with `certs`):
 
 - ``api``: asyncio's public TLS API of the loop under test
   (``create_connection(ssl=)``, ``create_server(ssl=)``, ``start_tls``,
@@ -21,11 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,11 +135,7 @@ class Route:
         unix_path: str | None = None,
     ) -> tuple[Any, Any]:
         loop = self.loop
-        kwargs: dict[str, Any] = {}
-        if ssl_handshake_timeout is not None:
-            kwargs["ssl_handshake_timeout"] = ssl_handshake_timeout
-        if ssl_shutdown_timeout is not None:
-            kwargs["ssl_shutdown_timeout"] = ssl_shutdown_timeout
+        kwargs = _timeouts(ssl_handshake_timeout, ssl_shutdown_timeout)
         if self.name == "api":
             if unix_path is not None or (sock is not None and sock.family == socket.AF_UNIX):
                 pair = await loop.create_unix_connection(
@@ -181,14 +177,7 @@ class Route:
         else:
             await loop.create_connection(make, host, port, sock=sock)
         proto, app = made[0]
-        transport = self.track(proto._app_transport)
-        assert transport is not None
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        return transport, app
+        return await self._handshake(proto, app, waiter)
 
     async def start_tls(
         self,
@@ -234,11 +223,7 @@ class Route:
         unix_path: str | None = None,
     ) -> asyncio.Server:
         loop = self.loop
-        kwargs: dict[str, Any] = {}
-        if ssl_handshake_timeout is not None:
-            kwargs["ssl_handshake_timeout"] = ssl_handshake_timeout
-        if ssl_shutdown_timeout is not None:
-            kwargs["ssl_shutdown_timeout"] = ssl_shutdown_timeout
+        kwargs = _timeouts(ssl_handshake_timeout, ssl_shutdown_timeout)
         if self.name == "api":
             if unix_path is not None:
                 server = await loop.create_unix_server(factory, unix_path, ssl=ssl, **kwargs)
@@ -255,6 +240,11 @@ class Route:
         else:
             server = await loop.create_server(make, host, port)
         return self.track(server)  # type: ignore[no-any-return]
+
+    async def serve_plain(self, factory: ProtocolFactory) -> asyncio.Server:
+        """A plain TCP server (no TLS) on 127.0.0.1, tracked: a peer that is not TLS,
+        or whose connections a test upgrades with start_tls."""
+        return self.track(await self.loop.create_server(factory, "127.0.0.1", 0))  # type: ignore[no-any-return]
 
     async def start_server(
         self,
@@ -285,6 +275,13 @@ class Route:
         app = factory()
         proto = tlsmod.TLSProtocol(loop, app, ssl, waiter, server_side=True)
         await loop.connect_accepted_socket(lambda: proto, sock)
+        return await self._handshake(proto, app, waiter)
+
+    async def _handshake(
+        self, proto: tlsmod.TLSProtocol, app: Any, waiter: asyncio.Future[None]
+    ) -> tuple[Any, Any]:
+        """The module route's end of a connect: (app transport, app) once *waiter* says
+        the handshake completed; the transport is closed if it failed."""
         transport = self.track(proto._app_transport)
         assert transport is not None
         try:
@@ -296,6 +293,16 @@ class Route:
 
 
 ROUTES = ["api", "module"]
+
+
+def _timeouts(handshake: float | None, shutdown: float | None) -> dict[str, Any]:
+    """The ``ssl_*_timeout`` keywords a test gave (those left out keep the loop's defaults)."""
+    kwargs: dict[str, Any] = {}
+    if handshake is not None:
+        kwargs["ssl_handshake_timeout"] = handshake
+    if shutdown is not None:
+        kwargs["ssl_shutdown_timeout"] = shutdown
+    return kwargs
 
 
 # ----------------------------------------------------------------------
@@ -371,6 +378,26 @@ def port_of(server: asyncio.AbstractServer) -> int:
 
 def payload(size: int) -> bytes:
     return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+async def connect_tls(
+    tls: Route,
+    certs: Certs,
+    port: int,
+    protocol: ProtocolFactory | None = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """A TLS client of 127.0.0.1:*port* through *tls*: (transport, protocol).
+
+    The protocol is a `Recorder` unless *protocol* makes it; the context is
+    ``certs.client`` (it trusts ``certs.ca``) and the name checked
+    ``localhost``, unless ``ssl=`` or ``server_hostname=`` say otherwise;
+    other keywords go to `Route.connect` as they are.
+    """
+    kwargs.setdefault("ssl", certs.client)
+    kwargs.setdefault("server_hostname", "localhost")
+    factory = protocol or (lambda: Recorder(tls.loop))
+    return await tls.connect(factory, "127.0.0.1", port, **kwargs)
 
 
 # ----------------------------------------------------------------------
@@ -503,28 +530,3 @@ def ssl_error_for_bad_record(certs: Certs, record: bytes) -> ssl.SSLError:
 def tls_server_socket(conn: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
     """Wrap an accepted socket as a TLS server and complete the handshake."""
     return context.wrap_socket(conn, server_side=True)
-
-
-# ----------------------------------------------------------------------
-# Logs
-
-
-@contextlib.contextmanager
-def captured_asyncio_logs() -> Iterator[list[logging.LogRecord]]:
-    """Every record logged to the ``asyncio`` logger inside the block."""
-    records: list[logging.LogRecord] = []
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = logging.getLogger("asyncio")
-    handler = Handler(logging.DEBUG)
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ssl
 
 import pytest
+
 from bench.soak import TCP_CONNECTIONS, soak
 
 DURATION = 30.0

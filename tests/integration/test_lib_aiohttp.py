@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import random
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -36,14 +35,11 @@ import aiohttp.abc
 import pytest
 from aiohttp import web
 
+from http_support import check_answers, expected, make_body
+
 N_URLS = 300
 POOL_LIMIT = 20
 CHUNK = 16 * 1024
-
-
-def make_body(key: str, size: int) -> bytes:
-    """The body served for *key*: *size* pseudo-random bytes seeded by the key."""
-    return random.Random(f"{key}/{size}").randbytes(size)
 
 
 async def handle_data(request: web.Request) -> web.Response:
@@ -190,13 +186,6 @@ async def fetch(session: aiohttp.ClientSession, base: str, kind: str, key: str, 
         return f"{answer['sha256']}:{answer['length']}".encode()
 
 
-def expected(kind: str, key: str, size: int) -> bytes:
-    body = make_body(key, size)
-    if kind == "digest":
-        return f"{hashlib.sha256(body).hexdigest()}:{size}".encode()
-    return body
-
-
 async def fetch_all(site: Site, client_ssl: ssl.SSLContext | bool) -> None:
     plan = url_plan(N_URLS)
     connector = aiohttp.TCPConnector(limit=POOL_LIMIT, ssl=client_ssl)
@@ -204,12 +193,7 @@ async def fetch_all(site: Site, client_ssl: ssl.SSLContext | bool) -> None:
         results = await asyncio.gather(
             *(fetch(session, site.base, *item) for item in plan), return_exceptions=True
         )
-    failures = [
-        (item, r) for item, r in zip(plan, results, strict=True) if isinstance(r, BaseException)
-    ]
-    assert not failures, f"{len(failures)} requests failed, first: {failures[0]!r}"
-    wrong = [item for item, r in zip(plan, results, strict=True) if r != expected(*item)]
-    assert not wrong, f"{len(wrong)} wrong bodies, first: {wrong[0]}"
+    check_answers(plan, results)
     assert sum(len(r) for r in results if isinstance(r, bytes)) > 6 * 1024 * 1024
     # The pool was used: never more connections than its limit.
     assert 1 <= len(site.app[PEERS]) <= POOL_LIMIT

@@ -80,6 +80,21 @@ async def talk(stream: ByteStream, client: int) -> bytes:
         return b"".join([chunk async for chunk in stream])
 
 
+async def serve_clients(
+    listener: Any,
+    handler: Callable[[ByteStream], Awaitable[None]],
+    client: Callable[[int], Awaitable[None]],
+    n: int,
+) -> None:
+    """*listener* serves *handler* while clients 0..n-1 run concurrently; then it stops."""
+    async with listener, anyio.create_task_group() as server_tg:
+        server_tg.start_soon(listener.serve, handler)
+        async with anyio.create_task_group() as clients:
+            for i in range(n):
+                clients.start_soon(client, i)
+        server_tg.cancel_scope.cancel()
+
+
 def test_tcp_listener_and_clients(loop_factory: LoopFactory) -> None:
     async def main() -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
@@ -91,12 +106,7 @@ def test_tcp_listener_and_clients(loop_factory: LoopFactory) -> None:
             assert stream.extra(SocketAttribute.remote_port) == port
             results[i] = await talk(stream, i)
 
-        async with listener, anyio.create_task_group() as server_tg:
-            server_tg.start_soon(listener.serve, echo_until_eof)
-            async with anyio.create_task_group() as clients:
-                for i in range(60):
-                    clients.start_soon(client, i)
-            server_tg.cancel_scope.cancel()
+        await serve_clients(listener, echo_until_eof, client, 60)
         assert results == {i: b"".join(payload(i)) for i in range(60)}
 
     run(main, loop_factory)
@@ -136,12 +146,7 @@ def test_tls_listener_and_clients(
                 except anyio.BrokenResourceError:
                     pass  # the client closed its side first
 
-        async with listener, anyio.create_task_group() as server_tg:
-            server_tg.start_soon(listener.serve, echo)
-            async with anyio.create_task_group() as clients:
-                for i in range(20):
-                    clients.start_soon(client, i)
-            server_tg.cancel_scope.cancel()
+        await serve_clients(listener, echo, client, 20)
         assert results == {i: b"".join(payload(i)) for i in range(20)}
 
     run(main, loop_factory)

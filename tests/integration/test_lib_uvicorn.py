@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import random
 import socket
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -41,6 +40,8 @@ import uvicorn
 
 import tideloop
 
+from http_support import check_answers, make_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -49,10 +50,6 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 N_REQUESTS = 200
 CHUNK = 16 * 1024
-
-
-def make_body(key: str, size: int) -> bytes:
-    return random.Random(f"{key}/{size}").randbytes(size)
 
 
 class App:
@@ -173,11 +170,6 @@ async def fetch(session: aiohttp.ClientSession, base: str, kind: str, key: str, 
         return await resp.read()
 
 
-def expected(kind: str, key: str, size: int) -> bytes:
-    body = make_body(key, size)
-    return f"{hashlib.sha256(body).hexdigest()}:{size}".encode() if kind == "digest" else body
-
-
 def test_concurrent_requests(loop: asyncio.AbstractEventLoop, loop_factory: LoopFactory) -> None:
     app = App()
 
@@ -190,12 +182,7 @@ def test_concurrent_requests(loop: asyncio.AbstractEventLoop, loop_factory: Loop
             results = await asyncio.gather(
                 *(fetch(session, base, *item) for item in plan), return_exceptions=True
             )
-        failures = [
-            (i, r) for i, r in zip(plan, results, strict=True) if isinstance(r, BaseException)
-        ]
-        assert not failures, f"{len(failures)} requests failed, first: {failures[0]!r}"
-        wrong = [i for i, r in zip(plan, results, strict=True) if r != expected(*i)]
-        assert not wrong, f"{len(wrong)} wrong answers, first: {wrong[0]}"
+        check_answers(plan, results)
 
     with UvicornThread(app, loop_factory) as server:
         loop.run_until_complete(client(server.port))

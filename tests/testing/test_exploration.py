@@ -1,6 +1,6 @@
 """Strategies, exploration, shrinking, tapes, the command line, and thread timing.
 
-Each planted race in ``races.py`` is a plain asyncio program; these tests
+Each planted race in ``scenarios.races`` is a plain asyncio program; these tests
 check that every strategy finds one, that a failure shrinks to the fewest
 deviations and replays from its tape (also from the tapes recorded on
 CPython 3.11 in ``tapes/``, on whatever interpreter runs this: thread
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from races import CONTROL, LATENT, RACES, Planted, two_clients_in_order
 
+from scenarios.races import CONTROL, LATENT, RACES, Planted, two_clients_in_order
 from tideloop import testing
 from tideloop.testing import (
     DecisionLog,
@@ -37,6 +37,7 @@ from tideloop.testing._explore import RunTimeout, attempt, shrink_deviations
 from tideloop.testing._strategy import Point
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
 TAPES = HERE / "tapes"
 
 # ----------------------------------------------------------------------
@@ -389,8 +390,9 @@ def test_virtual_time_does_not_wait_for_an_idle_or_endless_thread() -> None:
 # The command line
 
 
-def _cli(*args: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    # The repository root first: the scenarios are named ``scenarios.races:...``.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     return subprocess.run(
         [sys.executable, "-m", "tideloop.testing", *args],
         cwd=cwd,
@@ -404,7 +406,7 @@ def _cli(*args: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
 
 def test_the_command_line_finds_a_latent_race_only_with_wakeups(tmp_path: Path) -> None:
     tape = tmp_path / "latent.json"
-    spec = "races:started_after_one_yield"
+    spec = "scenarios.races:started_after_one_yield"
     quiet = _cli("explore", spec, "--schedules", "50", "--tape", str(tape))
     assert quiet.returncode == 0 and "50 schedule(s) passed" in quiet.stdout, quiet.stdout
     assert not tape.exists()
@@ -420,19 +422,19 @@ def test_the_command_line_finds_a_latent_race_only_with_wakeups(tmp_path: Path) 
 
 def test_the_command_line_explores_replays_traces_and_diffs(tmp_path: Path) -> None:
     tape = tmp_path / "race.json"
-    found = _cli("explore", "races:check_then_act_across_io", "--tape", str(tape))
+    found = _cli("explore", "scenarios.races:check_then_act_across_io", "--tape", str(tape))
     assert found.returncode == 1, found.stdout + found.stderr
     assert "1 deviation(s) from the unperturbed schedule" in found.stdout
     assert json.loads(tape.read_text())["tideloop_tape"] == 1
-    replayed = _cli("replay", "races:check_then_act_across_io", str(tape))
+    replayed = _cli("replay", "scenarios.races:check_then_act_across_io", str(tape))
     assert replayed.returncode == 1 and "fails" in replayed.stdout
     trace = _cli("trace", str(tape))
     assert trace.returncode == 0 and "\n* #" in trace.stdout
     other = tmp_path / "other.json"
-    _cli("explore", "races:two_clients_in_order", "--tape", str(other))
+    _cli("explore", "scenarios.races:two_clients_in_order", "--tape", str(other))
     diff = _cli("diff", str(tape), str(other))
     assert diff.returncode == 0 and "first divergence at decision #" in diff.stdout
-    bad = _cli("explore", "races:no_such_race")
+    bad = _cli("explore", "scenarios.races:no_such_race")
     assert bad.returncode == 2
 
 
@@ -449,7 +451,6 @@ def test_parallel_exploration_resumes_from_its_state(tmp_path: Path) -> None:
     assert second.returncode == 0
     assert "resuming: 30 schedule(s) passed before, 10 to go" in second.stdout
     assert json.loads(state.read_text())["passed"] == list(range(40))
-    found = _cli(
-        "explore", "races:two_clients_in_order", "-j", "2", "--tape", str(tmp_path / "t.json")
-    )
+    race = "scenarios.races:two_clients_in_order"
+    found = _cli("explore", race, "-j", "2", "--tape", str(tmp_path / "t.json"))
     assert found.returncode == 1 and "tape:" in found.stdout, found.stdout + found.stderr

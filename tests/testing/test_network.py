@@ -14,7 +14,6 @@ import hashlib
 import os
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -23,13 +22,7 @@ from tideloop import testing
 from tideloop.testing import SimNetwork, SimSocket
 
 from certs import CA
-
-
-def sim_run(net: SimNetwork, main: Callable[[SimNetwork], Awaitable[Any]]) -> Any:
-    async def wrapper() -> Any:
-        return await main(net)
-
-    return testing.run(wrapper(), network=net)
+from sim_support import cancelled, open_for, sim_run, stop
 
 
 async def echo_lines(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -45,14 +38,6 @@ async def serve(port: int, handler: Any = echo_lines, **kwargs: Any) -> None:
     server = await asyncio.start_server(handler, None, port, **kwargs)
     async with server:
         await server.serve_forever()
-
-
-async def stop(*tasks: asyncio.Task[Any]) -> None:
-    """Cancel server tasks once the FINs of closed clients have arrived (virtual time)."""
-    await asyncio.sleep(1)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def test_hosts_names_addresses_and_an_echo() -> None:
@@ -475,14 +460,10 @@ def test_a_hundred_hosts_and_a_thousand_connections_at_once() -> None:
             writer.write(await reader.readline())
             writer.close()
 
-        async def host() -> None:
-            server = await asyncio.start_server(echo, None, 80, backlog=100)
-            try:
-                await asyncio.sleep(3600)
-            finally:
-                server.close()
-
-        servers = [net.spawn(f"h{i}", host()) for i in range(100)]
+        servers = [
+            net.spawn(f"h{i}", open_for(asyncio.start_server(echo, None, 80, backlog=100)))
+            for i in range(100)
+        ]
         await asyncio.sleep(0.01)
 
         async def client(i: int) -> int:
@@ -495,9 +476,7 @@ def test_a_hundred_hosts_and_a_thousand_connections_at_once() -> None:
             return int(line)
 
         echoed = await asyncio.gather(*(client(i) for i in range(1000)))
-        for task in servers:
-            task.cancel()
-        await asyncio.gather(*servers, return_exceptions=True)
+        await cancelled(*servers)
         return list(echoed)
 
     net = SimNetwork(seed=2)

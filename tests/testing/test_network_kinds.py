@@ -18,22 +18,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from tideloop import testing
 from tideloop.testing import SimNetwork, SimSocket
 
 from certs import CA
-
-
-def sim_run(net: SimNetwork, main: Callable[[SimNetwork], Awaitable[Any]]) -> Any:
-    async def wrapper() -> Any:
-        return await main(net)
-
-    return testing.run(wrapper(), network=net)
+from sim_support import cancelled, open_for, sim_run
 
 
 class Datagrams(asyncio.DatagramProtocol):
@@ -69,25 +61,19 @@ def test_udp_request_and_reply_with_simulated_addresses() -> None:
         loop = asyncio.get_running_loop()
         served: list[Datagrams] = []
 
-        async def dns() -> None:
-            transport, proto = await loop.create_datagram_endpoint(
-                lambda: Datagrams(echo=True), local_addr=("0.0.0.0", 53)
-            )
-            served.append(proto)
-            try:
-                await asyncio.sleep(10)
-            finally:
-                transport.close()
+        def answering() -> Datagrams:
+            served.append(Datagrams(echo=True))
+            return served[-1]
 
-        server = net.spawn("dns", dns())
+        dns = loop.create_datagram_endpoint(answering, local_addr=("0.0.0.0", 53))
+        server = net.spawn("dns", open_for(dns, 10))
         await asyncio.sleep(0.1)
         transport, proto = await loop.create_datagram_endpoint(Datagrams, remote_addr=("dns", 53))
         sockname = transport.get_extra_info("sockname")
         transport.sendto(b"who is db?")
         await proto.arrived.wait()
         transport.close()
-        server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        await cancelled(server)
         return [
             sockname,
             transport.get_extra_info("peername"),
@@ -136,17 +122,12 @@ def udp_burst(seed: int, **link: Any) -> tuple[list[int], list[Any]]:
         net.set_link("client", "sink", **link)
         got: list[Datagrams] = []
 
-        async def sink() -> None:
-            transport, proto = await loop.create_datagram_endpoint(
-                Datagrams, local_addr=("0.0.0.0", 9000)
-            )
-            got.append(proto)
-            try:
-                await asyncio.sleep(30)
-            finally:
-                transport.close()
+        def receiving() -> Datagrams:
+            got.append(Datagrams())
+            return got[-1]
 
-        server = net.spawn("sink", sink())
+        sink = loop.create_datagram_endpoint(receiving, local_addr=("0.0.0.0", 9000))
+        server = net.spawn("sink", open_for(sink, 30))
         await asyncio.sleep(0.1)
         transport, _ = await loop.create_datagram_endpoint(Datagrams, remote_addr=("sink", 9000))
         for i in range(200):
@@ -154,8 +135,7 @@ def udp_burst(seed: int, **link: Any) -> tuple[list[int], list[Any]]:
             await asyncio.sleep(0.001)
         await asyncio.sleep(1)
         transport.close()
-        server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        await cancelled(server)
         return [int.from_bytes(data, "big") for data, _ in got[0].received]
 
     net = SimNetwork(seed=seed)
@@ -472,14 +452,7 @@ def test_split_delivers_a_send_in_pieces_and_bandwidth_paces_it() -> None:
             protos.append(Pieces())
             return protos[-1]
 
-        async def serve() -> None:
-            server = await loop.create_server(factory, None, 80)
-            try:
-                await asyncio.sleep(60)
-            finally:
-                server.close()
-
-        server = net.spawn("far", serve())
+        server = net.spawn("far", open_for(loop.create_server(factory, None, 80), 60))
         await asyncio.sleep(0.1)
         net.set_link("client", "far", latency=0.0, split=1.0, bandwidth=100_000)
         transport, _ = await loop.create_connection(asyncio.Protocol, "far", 80)
@@ -488,8 +461,7 @@ def test_split_delivers_a_send_in_pieces_and_bandwidth_paces_it() -> None:
         transport.write_eof()
         finished = await protos[0].done
         transport.close()
-        server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        await cancelled(server)
         return [protos[0].pieces, round(finished - start, 6)]
 
     net = SimNetwork(seed=3)
@@ -532,14 +504,7 @@ def test_start_tls_upgrades_a_simulated_connection() -> None:
         writer.close()
 
     async def main(net: SimNetwork) -> list[Any]:
-        async def serve() -> None:
-            server = await asyncio.start_server(smtp, None, 25)
-            try:
-                await asyncio.sleep(3600)
-            finally:
-                server.close()
-
-        server = net.spawn("mail", serve())
+        server = net.spawn("mail", open_for(asyncio.start_server(smtp, None, 25)))
         await asyncio.sleep(0.01)
         reader, writer = await asyncio.open_connection("mail", 25)
         writer.write(b"STARTTLS\n")
@@ -551,8 +516,7 @@ def test_start_tls_upgrades_a_simulated_connection() -> None:
         writer.close()
         await writer.wait_closed()
         await asyncio.sleep(1)  # the server's side of the TLS shutdown, too
-        server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        await cancelled(server)
         return [line, version]
 
     line, version = sim_run(SimNetwork(), main)
@@ -578,14 +542,7 @@ def test_real_allow_reaches_a_real_server_beside_simulated_hosts() -> None:
             writer.write(b"simulated " + await reader.read(100))
             writer.close()
 
-        async def serve() -> None:
-            server = await asyncio.start_server(sim_echo, None, 80)
-            try:
-                await asyncio.sleep(3600)
-            finally:
-                server.close()
-
-        server = net.spawn("web", serve())
+        server = net.spawn("web", open_for(asyncio.start_server(sim_echo, None, 80)))
         await asyncio.sleep(0.01)
         replies = []
         for host, to in (("web", 80), ("127.0.0.2", port)):
@@ -610,8 +567,7 @@ def test_real_allow_reaches_a_real_server_beside_simulated_hosts() -> None:
             replies.append(await signalled)
         finally:
             loop.remove_signal_handler(signal.SIGUSR1)
-        server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        await cancelled(server)
         return replies
 
     try:

@@ -60,19 +60,12 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 
-from tideloop import testing
 from tideloop.testing import SimNetwork
 
 from certs import CA
+from sim_support import sim_run, stop
 
 Address = tuple[str, int]
-
-
-def sim_run(net: SimNetwork, main: Callable[[SimNetwork], Awaitable[Any]]) -> Any:
-    async def wrapper() -> Any:
-        return await main(net)
-
-    return testing.run(wrapper(), network=net)
 
 
 def elapsed(loop: asyncio.AbstractEventLoop, since: float) -> float:
@@ -94,14 +87,6 @@ async def start_on(
         task.result()  # its exception, if it failed
         raise AssertionError(f"the server on {host} returned before it listened")
     return task
-
-
-async def stop(*tasks: asyncio.Task[Any]) -> None:
-    """Cancel server tasks once the closing handshakes in flight have arrived."""
-    await asyncio.sleep(1)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @pytest.fixture(scope="module")
@@ -168,14 +153,27 @@ def aiohttp_server(
     return serve
 
 
+@contextlib.asynccontextmanager
+async def aiohttp_web(
+    net: SimNetwork, seen: list[dict[str, Any]], total: float
+) -> AsyncIterator[aiohttp.ClientSession]:
+    """`aiohttp_app` on host "web", port 8080, 10 ms from the client, and a client session
+    for it whose requests time out after *total* s; the server is stopped afterwards."""
+    net.set_latency("client", "web", 0.01)
+    server = await start_on(net, "web", aiohttp_server(aiohttp_app(seen), 8080))
+    try:
+        timeout = aiohttp.ClientTimeout(total=total)
+        async with aiohttp.ClientSession("http://web:8080", timeout=timeout) as session:
+            yield session
+    finally:
+        await stop(server)
+
+
 def test_aiohttp_server_and_client_over_http() -> None:
     async def main(net: SimNetwork) -> list[Any]:
         loop = asyncio.get_running_loop()
-        net.set_latency("client", "web", 0.01)
         seen: list[dict[str, Any]] = []
-        server = await start_on(net, "web", aiohttp_server(aiohttp_app(seen), 8080))
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with aiohttp.ClientSession("http://web:8080", timeout=timeout) as session:
+        async with aiohttp_web(net, seen, 10) as session:
             t0 = loop.time()
             async with session.get("/hello/ada") as resp:
                 assert resp.status == 200
@@ -186,7 +184,6 @@ def test_aiohttp_server_and_client_over_http() -> None:
                 assert resp.status == 200
                 echoed = await resp.json()
             reused = elapsed(loop, t0)  # the kept-alive connection: request only
-        await stop(server)
         return [first, echoed, fresh, reused, seen]
 
     net = SimNetwork()
@@ -647,11 +644,8 @@ def test_redis_reconnects_to_a_restarted_host() -> None:
 def test_a_partition_times_an_aiohttp_request_out_then_heal_and_retry() -> None:
     async def main(net: SimNetwork) -> list[Any]:
         loop = asyncio.get_running_loop()
-        net.set_latency("client", "web", 0.01)
         seen: list[dict[str, Any]] = []
-        server = await start_on(net, "web", aiohttp_server(aiohttp_app(seen), 8080))
-        timeout = aiohttp.ClientTimeout(total=2.5)
-        async with aiohttp.ClientSession("http://web:8080", timeout=timeout) as session:
+        async with aiohttp_web(net, seen, 2.5) as session:
             async with session.get("/hello/one") as resp:
                 first = await resp.text()
             net.partition("client", "web")
@@ -665,7 +659,6 @@ def test_a_partition_times_an_aiohttp_request_out_then_heal_and_retry() -> None:
             async with session.get("/hello/three") as resp:
                 third = await resp.text()
             retry_took = elapsed(loop, t0)
-        await stop(server)
         return [first, timed_out_after, third, retry_took, [s["path"] for s in seen]]
 
     net = SimNetwork()

@@ -1,6 +1,6 @@
 """SimNetwork finds a replicated store's stale read from a seed, and replays it.
 
-The store and its scenario are in `sim_store.py` (plain asyncio, a leader and
+The store and its scenario are in `scenarios.sim_store` (plain asyncio, a leader and
 two followers over simulated TCP, a fault schedule drawn from the seed). Its
 followers serve reads from a lease that a partition does not revoke in time:
 a read that starts after a write was acknowledged can return an older
@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from sim_store import Outcome, first_failure, run_tideloop
 
-HERE = Path(__file__).resolve().parent
+from scenarios.sim_store import Outcome, first_failure, run_tideloop
+
+ROOT = Path(__file__).resolve().parents[2]
 #: The search must find the bug within this many schedules (it takes ~6 on average).
 BOUND = 200
 
@@ -61,7 +62,7 @@ def test_the_failing_seed_replays_in_this_process(failing: Outcome) -> None:
 def test_the_failing_seed_replays_in_a_fresh_process(failing: Outcome) -> None:
     env = {**os.environ, "PYTHONHASHSEED": "random"}  # a new process, new string hashes
     proc = subprocess.run(
-        [sys.executable, str(HERE / "sim_store.py"), str(failing.seed)],
+        [sys.executable, str(ROOT / "scenarios" / "sim_store.py"), str(failing.seed)],
         capture_output=True,
         text=True,
         env=env,

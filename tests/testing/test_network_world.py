@@ -25,6 +25,8 @@ import pytest
 from tideloop import testing
 from tideloop.testing import NondeterminismError, SimNetwork, check_determinism, sometimes
 
+from sim_support import cancelled, open_for
+
 
 async def flaky_service(net: SimNetwork) -> list[Any]:
     """A client retrying with jitter against a server whose replies sometimes fail."""
@@ -37,14 +39,7 @@ async def flaky_service(net: SimNetwork) -> list[Any]:
         writer.write(b"ok " + request)
         writer.close()
 
-    async def serve() -> None:
-        server = await asyncio.start_server(handler, None, 80)
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            server.close()
-
-    server = net.spawn("api", serve())
+    server = net.spawn("api", open_for(asyncio.start_server(handler, None, 80)))
     await asyncio.sleep(0.01)
     outcomes: list[Any] = []
     for i in range(8):
@@ -59,8 +54,7 @@ async def flaky_service(net: SimNetwork) -> list[Any]:
                 outcomes.append((reply.decode().strip(), round(time.time(), 6)))
                 break
             await asyncio.sleep(random.uniform(0.01, 0.1))  # jitter
-    server.cancel()
-    await asyncio.gather(server, return_exceptions=True)
+    await cancelled(server)
     return outcomes
 
 
@@ -140,20 +134,12 @@ async def drifting(net: SimNetwork) -> None:
     _calls["n"] += 1
     net.set_latency("client", "api", 0.001 * (1 + _calls["n"] % 2))
 
-    async def serve() -> None:
-        server = await asyncio.start_server(lambda r, w: w.close(), None, 80)
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            server.close()
-
-    server = net.spawn("api", serve())
+    server = net.spawn("api", open_for(asyncio.start_server(lambda r, w: w.close(), None, 80)))
     await asyncio.sleep(0)
     _, writer = await asyncio.open_connection("api", 80)
     writer.close()
     await writer.wait_closed()
-    server.cancel()
-    await asyncio.gather(server, return_exceptions=True)
+    await cancelled(server)
 
 
 def test_check_determinism_names_the_first_divergent_event() -> None:

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from races import RACES, REAL_THREAD_TIMING, Planted, fails, seeds_to_find
 
 import tideloop
+from scenarios.races import RACES, REAL_THREAD_TIMING, Planted, fails, seeds_to_find
 from tideloop import testing
 from tideloop._core.clock import MonotonicClock
 from tideloop._pollers import READ

@@ -276,6 +276,19 @@ def test_virtual_time_option(tmp_path: Path) -> None:
     assert "failed" in outcome(proc) or proc.returncode != 0
 
 
+def replayed_twice(tmp_path: Path, files: dict[str, str], option: str) -> list[str]:
+    """Run SEEDS_SUITE's racy test twice more with *option* (a tape or a seed): it fails
+    both times; what each run printed."""
+    outs = []
+    for _ in range(2):
+        replay = run_pytest(
+            tmp_path, files, "test_race.py::test_assumes_timer_order", option, expect_tideloop=True
+        )
+        assert outcome(replay) == {"failed": 1}, replay.stdout
+        outs.append(replay.stdout)
+    return outs
+
+
 def test_seeds_find_the_race_and_replay_it(tmp_path: Path) -> None:
     files = {"test_race.py": SEEDS_SUITE}
     # The fixed order: passes.
@@ -293,26 +306,10 @@ def test_seeds_find_the_race_and_replay_it(tmp_path: Path) -> None:
     tape = re.search(r"replay: pytest \S+ --tideloop-tape=(\S+)", proc.stdout)
     assert tape, proc.stdout
     assert Path(tape.group(1)).parent == tmp_path / ".tideloop-tapes"
-    for _ in range(2):
-        replay = run_pytest(
-            tmp_path,
-            files,
-            "test_race.py::test_assumes_timer_order",
-            f"--tideloop-tape={tape.group(1)}",
-            expect_tideloop=True,
-        )
-        assert outcome(replay) == {"failed": 1}, replay.stdout
+    replayed_twice(tmp_path, files, f"--tideloop-tape={tape.group(1)}")
     seed = match.group(1)
-    for _ in range(2):
-        replay = run_pytest(
-            tmp_path,
-            files,
-            "test_race.py::test_assumes_timer_order",
-            f"--tideloop-seed={seed}",
-            expect_tideloop=True,
-        )
-        assert outcome(replay) == {"failed": 1}, replay.stdout
-        assert f"schedule seed {seed}" in replay.stdout
+    for out in replayed_twice(tmp_path, files, f"--tideloop-seed={seed}"):
+        assert f"schedule seed {seed}" in out
 
 
 LATENT_SUITE = """\

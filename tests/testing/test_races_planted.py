@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from races import CONTROL, LATENT, RACES, REAL_THREAD_TIMING, Planted, fails
 
+from scenarios.races import CONTROL, LATENT, RACES, REAL_THREAD_TIMING, Planted, fails
 from tideloop import testing
 
 STDLIB_RUNS = 20

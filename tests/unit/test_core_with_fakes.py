@@ -33,9 +33,12 @@ def add_writer(loop: tideloop.Loop, fd: int, callback: Any, *args: Any) -> async
 EPOLLERR = 8
 EPOLLHUP = 16
 
+#: The `env` fixture: a loop on a fake poller and a manual clock.
+Env = tuple[tideloop.Loop, FakePoller, ManualClock]
+
 
 @pytest.fixture
-def env() -> Iterator[tuple[tideloop.Loop, FakePoller, ManualClock]]:
+def env() -> Iterator[Env]:
     loop, poller, clock = fake_loop()
     try:
         yield loop, poller, clock
@@ -43,9 +46,7 @@ def env() -> Iterator[tuple[tideloop.Loop, FakePoller, ManualClock]]:
         loop.close()
 
 
-def test_constructor_registers_only_the_waker(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_constructor_registers_only_the_waker(env: Env) -> None:
     loop, poller, _ = env
     assert poller.calls == [("register", loop._waker.fileno(), READ)]
 
@@ -59,14 +60,14 @@ def test_close_closes_the_poller() -> None:
     assert loop.remove_reader(30) is False
 
 
-def test_time_comes_from_the_clock(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_time_comes_from_the_clock(env: Env) -> None:
     loop, _, clock = env
     assert loop.time() == 1000.0
     clock.t = 1234.5
     assert loop.time() == 1234.5
 
 
-def test_poll_timeout_until_next_timer(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_poll_timeout_until_next_timer(env: Env) -> None:
     loop, poller, clock = env
     fired: list[float] = []
     loop.call_later(5, lambda: (fired.append(clock.t), loop.stop()))
@@ -75,9 +76,7 @@ def test_poll_timeout_until_next_timer(env: tuple[tideloop.Loop, FakePoller, Man
     assert fired == [1005.0]
 
 
-def test_poll_timeout_zero_when_ready_or_stopping(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_poll_timeout_zero_when_ready_or_stopping(env: Env) -> None:
     loop, poller, _ = env
     add_reader(loop, 50, print)  # an fd to poll for: zero-timeout polls are not skipped
     loop.call_later(100, lambda: None)
@@ -92,7 +91,7 @@ def test_poll_timeout_zero_when_ready_or_stopping(
     loop.remove_reader(50)
 
 
-def test_poll_timeout_capped_at_one_day(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_poll_timeout_capped_at_one_day(env: Env) -> None:
     loop, poller, clock = env
     loop.call_later(3 * 86400, loop.stop)
     loop.run_forever()
@@ -100,9 +99,7 @@ def test_poll_timeout_capped_at_one_day(env: tuple[tideloop.Loop, FakePoller, Ma
     assert clock.t == 1000.0 + 3 * 86400
 
 
-def test_poll_timeout_none_without_timers(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_poll_timeout_none_without_timers(env: Env) -> None:
     loop, poller, _ = env
     fd = 50
     add_reader(loop, fd, loop.stop)
@@ -112,9 +109,7 @@ def test_poll_timeout_none_without_timers(
     loop.remove_reader(fd)
 
 
-def test_past_deadline_gives_zero_timeout(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_past_deadline_gives_zero_timeout(env: Env) -> None:
     loop, poller, _ = env
     add_reader(loop, 50, print)  # an fd to poll for: zero-timeout polls are not skipped
     loop.call_at(loop.time() - 10, loop.stop)
@@ -193,9 +188,7 @@ def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered() -> None:
     assert result.stdout == "ok\n"
 
 
-def test_failed_registration_is_not_counted(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_failed_registration_is_not_counted(env: Env) -> None:
     loop, poller, _ = env
     poller.fail_next = OSError(9, "Bad file descriptor")
     with pytest.raises(OSError):
@@ -243,7 +236,7 @@ def test_timer_not_due_outside_resolution() -> None:
         loop.close()
 
 
-def test_compaction_thresholds(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_compaction_thresholds(env: Env) -> None:
     loop, _, _ = env
     timers = [loop.call_later(10 + i, lambda: None) for i in range(101)]
     for t in timers[1:52]:  # 51 of 101 cancelled: more than half
@@ -258,7 +251,7 @@ def test_compaction_thresholds(env: tuple[tideloop.Loop, FakePoller, ManualClock
         t.cancel()
 
 
-def test_no_compaction_below_thresholds(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_no_compaction_below_thresholds(env: Env) -> None:
     loop, _, _ = env
     # Near timers (far ones wait in slots, where cancelled ones are dropped
     # when their slot moves to the heap: tests/unit/test_timers.py).
@@ -278,9 +271,7 @@ def test_no_compaction_below_thresholds(env: tuple[tideloop.Loop, FakePoller, Ma
         t.cancel()
 
 
-def test_error_bits_reach_reader_and_writer(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_error_bits_reach_reader_and_writer(env: Env) -> None:
     loop, poller, _ = env
     calls: list[str] = []
     add_reader(loop, 10, calls.append, "r10")
@@ -300,9 +291,7 @@ def test_error_bits_reach_reader_and_writer(
         loop.remove_writer(fd)
 
 
-def test_io_callbacks_run_after_already_ready_ones(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_io_callbacks_run_after_already_ready_ones(env: Env) -> None:
     """asyncio's order: ready callbacks, then I/O callbacks, then due timers."""
     loop, poller, _ = env
     order: list[str] = []
@@ -316,7 +305,7 @@ def test_io_callbacks_run_after_already_ready_ones(
     loop.remove_reader(20)
 
 
-def test_registration_calls(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_registration_calls(env: Env) -> None:
     loop, poller, _ = env
     poller.calls.clear()
     add_reader(loop, 30, print)
@@ -333,9 +322,7 @@ def test_registration_calls(env: tuple[tideloop.Loop, FakePoller, ManualClock]) 
     ]
 
 
-def test_cancelled_reader_is_unregistered_when_it_fires(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_cancelled_reader_is_unregistered_when_it_fires(env: Env) -> None:
     loop, poller, _ = env
     calls: list[int] = []
     handle = add_reader(loop, 40, calls.append, 1)
@@ -348,7 +335,7 @@ def test_cancelled_reader_is_unregistered_when_it_fires(
     assert loop.remove_reader(40) is False
 
 
-def test_failed_register_leaves_nothing(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_failed_register_leaves_nothing(env: Env) -> None:
     loop, poller, _ = env
     poller.fail_next = OSError(9, "Bad file descriptor")
     with pytest.raises(OSError, match="Bad file descriptor"):
@@ -357,7 +344,7 @@ def test_failed_register_leaves_nothing(env: tuple[tideloop.Loop, FakePoller, Ma
     assert loop.remove_reader(50) is False
 
 
-def test_failed_modify_drops_the_fd(env: tuple[tideloop.Loop, FakePoller, ManualClock]) -> None:
+def test_failed_modify_drops_the_fd(env: Env) -> None:
     loop, poller, _ = env
     old = add_reader(loop, 60, print)
     poller.fail_next = OSError(9, "Bad file descriptor")
@@ -370,9 +357,7 @@ def test_failed_modify_drops_the_fd(env: tuple[tideloop.Loop, FakePoller, Manual
     assert not old.cancelled()
 
 
-def test_replaced_reader_handle_is_cancelled(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_replaced_reader_handle_is_cancelled(env: Env) -> None:
     loop, _, _ = env
     first = add_reader(loop, 70, print)
     second = add_reader(loop, 70, print)
@@ -381,9 +366,7 @@ def test_replaced_reader_handle_is_cancelled(
     assert second.cancelled()
 
 
-def test_call_soon_threadsafe_wakes_once_per_batch(
-    env: tuple[tideloop.Loop, FakePoller, ManualClock],
-) -> None:
+def test_call_soon_threadsafe_wakes_once_per_batch(env: Env) -> None:
     loop, poller, _ = env
     waker_fd = loop._waker.fileno()
     for _ in range(100):

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
+
 from bench import harness, interpreters, loops, run
 
 REPO = interpreters.REPO

@@ -36,8 +36,8 @@ one. `Result.check` raises AssertionError naming the first stale read.
 Run a seed from the command line (prints the digest of the network's log
 and the failure, the way the tests' fresh-process replay does)::
 
-    python tests/testing/sim_store.py 17           # one seed
-    python tests/testing/sim_store.py --search 0   # seeds from 0 to the first failure
+    python -m scenarios.sim_store 17           # one seed (from the repository root)
+    python -m scenarios.sim_store --search 0   # seeds from 0 to the first failure
 """
 
 from __future__ import annotations

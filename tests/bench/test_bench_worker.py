@@ -13,6 +13,7 @@ import json
 import time
 
 import pytest
+
 from bench import _worker
 from bench.api import Primitive, Sample
 

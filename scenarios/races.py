@@ -4,13 +4,14 @@ Each race is a coroutine function that raises AssertionError when the bug
 bites. Under tideloop's normal (fixed-order) loop each passes every time;
 under a `Perturber` some seeds expose it, and replaying such a seed exposes
 it again (races whose input includes real thread timing replay most of
-the time, not always). `test_perturbation.py` checks both, and
-`test_races_planted.py` that every race and `CONTROL` (a similar program
-done right, which must pass under every schedule) pass on the stdlib loop
-and the unperturbed one. Run this file to print the numbers the issue asks
-for (seeds to find, over several base seeds, and the negative check):
+the time, not always). ``tests/testing/test_perturbation.py`` checks both,
+and ``tests/testing/test_races_planted.py`` that every race and `CONTROL` (a
+similar program done right, which must pass under every schedule) pass on
+the stdlib loop and the unperturbed one. Run this module from the repository
+root to print the numbers the issue asks for (seeds to find, over several
+base seeds, and the negative check):
 
-    python tests/testing/races.py [--runs 1000] [--bases 10]
+    python -m scenarios.races [--runs 1000] [--bases 10]
 """
 
 from __future__ import annotations
