@@ -22,10 +22,14 @@ from typing import Any
 
 import pytest
 
+import tideloop
 from tideloop import testing
 from tideloop.testing import NondeterminismError, SimNetwork, check_determinism, sometimes
 
 from sim_support import cancelled, open_for
+
+#: The tideloop under test: a child process imports it, not an installed copy.
+TIDELOOP_SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
 
 
 async def flaky_service(net: SimNetwork) -> list[Any]:
@@ -199,7 +203,7 @@ def test_the_tideloop_net_fixture(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
     )
-    env = dict(os.environ, PYTHONPATH=".")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([".", TIDELOOP_SRC]))
     env.pop("PYTEST_ADDOPTS", None)
 
     # Three pytest runs at once (each spends most of its time starting up).

@@ -19,6 +19,11 @@ from pathlib import Path
 
 import pytest
 
+import tideloop
+
+#: The tideloop under test: a child process imports it, not an installed copy.
+TIDELOOP_SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
+
 HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 needs_pytest_asyncio = pytest.mark.skipif(
     not HAS_PYTEST_ASYNCIO, reason="pytest-asyncio is not installed"
@@ -204,7 +209,11 @@ def run_pytest(
     (tmp_path / "loopkind.py").write_text(LOOPKIND)
     for name, text in files.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
-    env = dict(os.environ, EXPECT_TIDELOOP="1" if expect_tideloop else "0", PYTHONPATH=".")
+    env = dict(
+        os.environ,
+        EXPECT_TIDELOOP="1" if expect_tideloop else "0",
+        PYTHONPATH=os.pathsep.join([".", TIDELOOP_SRC]),
+    )
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args],

@@ -18,6 +18,9 @@ from tideloop._pollers import READ, WRITE
 
 from fakes import FakePoller, ManualClock, fake_loop
 
+#: The tideloop under test: a child process imports it, not an installed copy.
+TIDELOOP_SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
+
 
 def add_reader(loop: tideloop.Loop, fd: int, callback: Any, *args: Any) -> asyncio.Handle:
     """loop.add_reader, returning the handle the fd registry now holds."""
@@ -179,7 +182,7 @@ def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered() -> None:
         [sys.executable, "-c", script],
         check=False,
         cwd=here,
-        env={**os.environ, "PYTHONPATH": here},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([here, TIDELOOP_SRC])},
         capture_output=True,
         text=True,
         timeout=30,
