@@ -56,7 +56,6 @@ method of `asyncio.AbstractEventLoop` is provided.
 from __future__ import annotations
 
 import asyncio
-import collections
 import weakref
 from collections.abc import Callable
 from typing import Any, cast
@@ -64,8 +63,9 @@ from typing import Any, cast
 from ._children import ChildWatcher
 from ._core.clock import Clock, MonotonicClock
 from ._core.coreloop import CoreLoop
-from ._core.handles import Handle, ReadyQueue
+from ._core.handles import Handle
 from ._core.interfaces import Schedule, Supervisor
+from ._core.scheduler import make_ready_queue
 from ._fdio.registry import FdMethods, FdRegistry
 from ._fdio.resolver import DnsMethods, Resolver
 from ._fdio.sock import SockMethods
@@ -122,7 +122,7 @@ class Loop(
         network: Network | None = None,
         supervisor: Supervisor | None = None,
     ) -> None:
-        ready: ReadyQueue = collections.deque()
+        ready = make_ready_queue()
         kernel_poller = make_poller(poller)
         fds = FdRegistry(
             kernel_poller if network is None else network.wrap_poller(kernel_poller), ready

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 import tideloop
+from tideloop._core import native
 from tideloop._core.coreloop import CoreLoop
 from tideloop._core.scheduler import Scheduler
 
@@ -116,8 +117,36 @@ def test_the_import_checker_sees_relative_imports() -> None:
 
 
 def loop_classes() -> list[type]:
-    """Loop's MRO, tideloop's classes only (asyncio's bases and object excluded)."""
-    return [c for c in tideloop.Loop.__mro__ if c.__module__.startswith("tideloop.")]
+    """Loop's MRO, tideloop's Python classes only (asyncio's bases, object and,
+    on a native build, the native twin and the class that puts it first excluded)."""
+    return [
+        c
+        for c in tideloop.Loop.__mro__
+        if c.__module__.startswith("tideloop.") and c not in native_classes()
+    ]
+
+
+def native_classes() -> list[type]:
+    """The native core's classes in Loop's MRO: ``_native.Core`` and ``NativeScheduler``."""
+    core = native.core
+    if core is None:
+        return []
+    return [c for c in tideloop.Loop.__mro__ if c is core.Core or c.__name__ == "NativeScheduler"]
+
+
+def test_the_native_twin_defines_only_its_pure_twins_names() -> None:
+    """The native core replaces methods of Scheduler, one for one, and adds none."""
+    if native.core is None:
+        pytest.skip(f"this build runs the pure core: {native.REASON}")
+    core = native.core.Core
+    own = {n for n, v in vars(core).items() if not n.startswith("__") and callable(v)}
+    assert own, "the native core defines no methods?"
+    assert own <= set(vars(Scheduler)), own - set(vars(Scheduler))
+    # Its data (members, getsets) are Scheduler's attributes by name.
+    data = {n for n, v in vars(core).items() if not n.startswith("__") and not callable(v)}
+    assert data <= set(Scheduler.__annotations__) | {"_closed"}, data
+    mro = tideloop.Loop.__mro__
+    assert mro.index(core) < mro.index(Scheduler)
 
 
 def layer_of_class(cls: type) -> str:

@@ -54,7 +54,7 @@ from .errors import ExceptionHandling, default_report, logger
 from .executor import ThreadJobs
 from .interfaces import IoSource, ReadyQueue, Resource, Schedule, Supervisor
 from .metrics import CallbackObserver, Instruments, LoopMetrics, SlowCallbackHook
-from .scheduler import MAX_POLL_TIMEOUT, Scheduler, trim
+from .scheduler import MAX_POLL_TIMEOUT, LoopBase, Scheduler, trim
 from .timers import TimerQueue
 from .waker import make_waker
 
@@ -81,7 +81,7 @@ def _stop_when_done(fut: asyncio.Future[Any]) -> None:
     fut.get_loop().stop()
 
 
-class CoreLoop(Scheduler):
+class CoreLoop(LoopBase):
     """The core loop: `Scheduler` (with its native twin in front, where built), wired."""
 
     def __init__(

@@ -24,9 +24,8 @@ present the same seams.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 if TYPE_CHECKING:
@@ -49,8 +48,26 @@ __all__ = [
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 
-#: The ready queue: handles whose callbacks run in the loop's next run phase.
-ReadyQueue = collections.deque[asyncio.Handle]
+
+class ReadyQueue(Protocol):
+    """The ready queue: handles whose callbacks run in the loop's next run phase.
+
+    A ``collections.deque`` on the pure core, the native core's own ring
+    (``_native.ReadyQueue``) on the native one; the fd registry, the timer
+    queue and ``tideloop.testing`` use only these methods.
+    """
+
+    def append(self, handle: asyncio.Handle, /) -> None: ...
+
+    def popleft(self) -> asyncio.Handle: ...
+
+    def extend(self, handles: Iterable[asyncio.Handle], /) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[asyncio.Handle]: ...
 
 
 class HandleOwner(Protocol):

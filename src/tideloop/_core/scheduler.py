@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import collections
 import contextvars
 import numbers
 import operator
@@ -64,6 +65,7 @@ from time import monotonic as _real_time
 from typing import TYPE_CHECKING, Any, Final, TypeVarTuple, Unpack
 
 from . import debug as _debug
+from . import native as _choice
 from .asyncgens import AsyncGenerators
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, logger
@@ -81,7 +83,14 @@ from .metrics import Counters, Instruments, SlowCallbackHook, describe_slow
 from .timers import FAR_DELAY, TimerQueue
 from .waker import Waker
 
-__all__ = ["BUSY_THREAD_SLICE", "MAX_POLL_TIMEOUT", "Scheduler", "trim"]
+__all__ = [
+    "BUSY_THREAD_SLICE",
+    "MAX_POLL_TIMEOUT",
+    "LoopBase",
+    "Scheduler",
+    "make_ready_queue",
+    "trim",
+]
 
 _Ts = TypeVarTuple("_Ts")
 
@@ -167,13 +176,7 @@ class Scheduler(asyncio.AbstractEventLoop):
         if self._closed:
             raise RuntimeError("Event loop is closed")
         if self._debug:
-            self._check_thread()
-            _debug.check_callback(callback, "call_soon")
-            handle = Handle(callback, args, self, context)
-            if handle._source_traceback:
-                trim(handle._source_traceback, 1)
-            self._ready.append(handle)
-            return handle
+            return self._call_soon_debug(callback, args, context, 2)
         # Handle.__init__ inlined (every field of handles.new_handle_fields):
         # no constructor frame on the path every task step and future
         # callback takes.
@@ -185,6 +188,24 @@ class Scheduler(asyncio.AbstractEventLoop):
         handle._cancelled = False
         handle._repr = None
         handle._source_traceback = None
+        self._ready.append(handle)
+        return handle
+
+    def _call_soon_debug(
+        self,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+        frames: int,
+    ) -> Handle:
+        """``call_soon`` in debug mode: asyncio's checks, and a source traceback
+        without our *frames* (this one and the caller's, or this one alone
+        when the native core calls it)."""
+        self._check_thread()
+        _debug.check_callback(callback, "call_soon")
+        handle = Handle(callback, args, self, context)
+        if handle._source_traceback:
+            trim(handle._source_traceback, frames)
         self._ready.append(handle)
         return handle
 
@@ -648,3 +669,23 @@ class Scheduler(asyncio.AbstractEventLoop):
         else:
             sys.set_coroutine_origin_tracking_depth(self._coroutine_tracking_saved_depth)
         self._coroutine_tracking = bool(enabled)
+
+
+def make_ready_queue() -> ReadyQueue:
+    """A new, empty ready queue of the kind the running core reads."""
+    if _choice.core is None:
+        return collections.deque()
+    queue: ReadyQueue = _choice.core.ReadyQueue()
+    return queue
+
+
+if TYPE_CHECKING or _choice.core is None:
+    LoopBase = Scheduler
+else:
+
+    class NativeScheduler(_choice.core.Core, Scheduler):
+        """`Scheduler` with its native twin's methods first (``_native.c``)."""
+
+        __slots__ = ()
+
+    LoopBase = NativeScheduler

@@ -1,0 +1,1505 @@
+/*
+ * tideloop._core._native: the native twin of the core's hot paths.
+ *
+ * Layer: core. Written against the CPython C API only. The pure-Python
+ * `Scheduler` (scheduler.py) is the reference: this module defines a type,
+ * `Core`, whose methods of the same names take precedence over Scheduler's
+ * where the build has it (CoreLoop's bases are then (Core, Scheduler, ...));
+ * everything it does not define is Scheduler's. Every behaviour is tested
+ * on both builds.
+ *
+ * What is here, and why (docs/performance.md has the measurements):
+ * - `ReadyQueue`: the ready queue, a ring of handles. The fd registry, the
+ *   timer queue and tideloop.testing append to it through its Python
+ *   methods (the subset of collections.deque they use); the run phase pops
+ *   from it without a call.
+ * - `Core.call_soon`: builds an asyncio.Handle (tideloop's subclass) with
+ *   one allocation, writing its __slots__ at the offsets their member
+ *   descriptors give, and no __init__ frame.
+ * - `Core._run_once`: one iteration, asyncio's phases in asyncio's order,
+ *   exactly as Scheduler._run_once; the run phase calls each callback in
+ *   its handle's context (PyContext_Enter/Exit) with no Python frame of
+ *   ours and no bound method per call.
+ * - `Core.run_forever`: the loop over _run_once, without a frame.
+ *
+ * Facts / what this means for us:
+ * - asyncio.Handle is a Python class with __slots__: its fields live at
+ *   fixed offsets in the object, which its member descriptors expose. A
+ *   Python subclass with __slots__ = () has the same layout. So a handle
+ *   is read and written here through those offsets, after checking once
+ *   that an object is an asyncio.Handle (a user's handle of another class
+ *   goes through getattr instead).
+ * - The Python code that runs around us (tasks, futures, user callbacks)
+ *   reads the loop's state as attributes: `_ready`, `_closed`, `_debug`,
+ *   `_stopping` and the others the iteration needs are members of Core, so
+ *   both sides see one value.
+ * - Other threads call `ReadyQueue.append` (call_soon_threadsafe). Under
+ *   the GIL an append is atomic: no Python code runs inside it, and a
+ *   growing ring is reallocated before anyone else can look. So the run
+ *   phase never keeps a pointer into the ring across a callback.
+ *   Free-threaded builds are not supported (Py_mod_gil says so).
+ *
+ * Ownership: every PyObject* field of a struct here is an owned reference
+ * (or NULL); every function documents what it returns (new or borrowed)
+ * where it is not the usual "new reference, NULL on error".
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define TL_T_OBJECT_EX Py_T_OBJECT_EX
+#define TL_T_BOOL Py_T_BOOL
+#define TL_READONLY Py_READONLY
+#else
+#define TL_T_OBJECT_EX T_OBJECT_EX
+#define TL_T_BOOL T_BOOL
+#define TL_READONLY READONLY
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Module-wide state: set once by configure(), read by the hot paths.  */
+
+static PyTypeObject *HandleType = NULL;        /* tideloop._core.handles.Handle */
+static PyTypeObject *AsyncioHandleType = NULL; /* asyncio.Handle */
+static PyTypeObject *CountersType = NULL;      /* tideloop._core.metrics.Counters */
+static PyObject *error_context = NULL;         /* errors.callback_error_context */
+static PyObject *thread_count = NULL;          /* _thread._count */
+static PyObject *monotonic = NULL;             /* time.monotonic */
+
+/* Offsets of asyncio.Handle's slots. */
+static Py_ssize_t off_context, off_loop, off_callback, off_args, off_cancelled, off_repr,
+    off_source_traceback;
+/* Offsets of Counters' slots. */
+static Py_ssize_t off_mark, off_seq, off_poll_start, off_idle_time, off_iterations, off_callbacks;
+
+/* Interned attribute names. */
+static PyObject *s_context, *s_call_exception_handler, *s_call_soon_debug, *s_run_ready_timed,
+    *s_slow_phase, *s_run_forever_setup, *s_run_forever_cleanup, *s_polled, *s_heap,
+    *s_cancelled, *s_next_deadline, *s_buckets, *s_marker, *s_pass_markers, *s_pop_due,
+    *s_timed, *s_run, *s_run_once, *s_callback, *s_args, *s_timers_cancelled, *s_callback_kw;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* ------------------------------------------------------------------ */
+/* ReadyQueue                                                           */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject **items; /* owned references, ring of capacity `cap` */
+    Py_ssize_t head;  /* index of the first item */
+    Py_ssize_t len;
+    Py_ssize_t cap;   /* a power of two, or 0 */
+} ReadyQueue;
+
+static PyTypeObject ReadyQueueType;
+
+static int
+rq_grow(ReadyQueue *q)
+{
+    Py_ssize_t cap = q->cap ? q->cap * 2 : 64;
+    PyObject **items = PyMem_New(PyObject *, cap);
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < q->len; i++) {
+        items[i] = q->items[(q->head + i) & (q->cap - 1)];
+    }
+    PyMem_Free(q->items);
+    q->items = items;
+    q->head = 0;
+    q->cap = cap;
+    return 0;
+}
+
+/* Append a new reference to *item* (the caller keeps its own). */
+static inline int
+rq_push(ReadyQueue *q, PyObject *item)
+{
+    if (q->len == q->cap && rq_grow(q) < 0) {
+        return -1;
+    }
+    q->items[(q->head + q->len) & (q->cap - 1)] = Py_NewRef(item);
+    q->len++;
+    return 0;
+}
+
+/* Pop the first item: a new (transferred) reference; the queue must not be empty. */
+static inline PyObject *
+rq_pop(ReadyQueue *q)
+{
+    PyObject *item = q->items[q->head];
+    q->head = (q->head + 1) & (q->cap - 1);
+    q->len--;
+    return item;
+}
+
+static PyObject *
+rq_append(ReadyQueue *q, PyObject *item)
+{
+    if (rq_push(q, item) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rq_popleft(ReadyQueue *q, PyObject *Py_UNUSED(ignored))
+{
+    if (q->len == 0) {
+        PyErr_SetString(PyExc_IndexError, "pop from an empty deque");
+        return NULL;
+    }
+    return rq_pop(q);
+}
+
+static PyObject *
+rq_extend(ReadyQueue *q, PyObject *iterable)
+{
+    /* A snapshot first: extending a queue with itself adds its items once. */
+    PyObject *seq = PySequence_List(iterable);
+    if (seq == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); i++) {
+        if (rq_push(q, PyList_GET_ITEM(seq, i)) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+/* Drop every item. The references go after the queue is empty: a handle's
+ * finalizer may append to this very queue. */
+static void
+rq_drop_all(ReadyQueue *q)
+{
+    PyObject **items = q->items;
+    Py_ssize_t head = q->head, len = q->len, cap = q->cap;
+    q->items = NULL;
+    q->head = q->len = q->cap = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        Py_DECREF(items[(head + i) & (cap - 1)]);
+    }
+    PyMem_Free(items);
+}
+
+static PyObject *
+rq_clear_method(ReadyQueue *q, PyObject *Py_UNUSED(ignored))
+{
+    rq_drop_all(q);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rq_snapshot(ReadyQueue *q)
+{
+    PyObject *list = PyList_New(q->len);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < q->len; i++) {
+        PyList_SET_ITEM(list, i, Py_NewRef(q->items[(q->head + i) & (q->cap - 1)]));
+    }
+    return list;
+}
+
+static PyObject *
+rq_iter(ReadyQueue *q)
+{
+    /* Iterates over a snapshot: the queue may change while the caller loops. */
+    PyObject *list = rq_snapshot(q);
+    if (list == NULL) {
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(list);
+    Py_DECREF(list);
+    return it;
+}
+
+static Py_ssize_t
+rq_length(ReadyQueue *q)
+{
+    return q->len;
+}
+
+static PyObject *
+rq_repr(ReadyQueue *q)
+{
+    PyObject *list = rq_snapshot(q);
+    if (list == NULL) {
+        return NULL;
+    }
+    PyObject *r = PyUnicode_FromFormat("ReadyQueue(%R)", list);
+    Py_DECREF(list);
+    return r;
+}
+
+static PyObject *
+rq_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *iterable = NULL;
+    if (!PyArg_UnpackTuple(args, "ReadyQueue", 0, 1, &iterable)) {
+        return NULL;
+    }
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "ReadyQueue() takes no keyword arguments");
+        return NULL;
+    }
+    ReadyQueue *q = (ReadyQueue *)type->tp_alloc(type, 0);
+    if (q == NULL) {
+        return NULL;
+    }
+    if (iterable != NULL) {
+        PyObject *r = rq_extend(q, iterable);
+        if (r == NULL) {
+            Py_DECREF(q);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return (PyObject *)q;
+}
+
+static int
+rq_traverse(ReadyQueue *q, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; i < q->len; i++) {
+        Py_VISIT(q->items[(q->head + i) & (q->cap - 1)]);
+    }
+    return 0;
+}
+
+static int
+rq_tp_clear(ReadyQueue *q)
+{
+    rq_drop_all(q);
+    return 0;
+}
+
+static void
+rq_dealloc(ReadyQueue *q)
+{
+    PyObject_GC_UnTrack(q);
+    rq_drop_all(q);
+    Py_TYPE(q)->tp_free((PyObject *)q);
+}
+
+static PyMethodDef rq_methods[] = {
+    {"append", (PyCFunction)rq_append, METH_O, "Append a handle (any thread)."},
+    {"popleft", (PyCFunction)rq_popleft, METH_NOARGS, "Remove and return the first handle."},
+    {"extend", (PyCFunction)rq_extend, METH_O, "Append every handle of an iterable."},
+    {"clear", (PyCFunction)rq_clear_method, METH_NOARGS, "Remove every handle."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods rq_as_sequence = {
+    .sq_length = (lenfunc)rq_length,
+};
+
+static PyTypeObject ReadyQueueType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tideloop._core._native.ReadyQueue",
+    .tp_basicsize = sizeof(ReadyQueue),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The ready queue: handles whose callbacks run in the next run phase.",
+    .tp_new = rq_new,
+    .tp_dealloc = (destructor)rq_dealloc,
+    .tp_traverse = (traverseproc)rq_traverse,
+    .tp_clear = (inquiry)rq_tp_clear,
+    .tp_iter = (getiterfunc)rq_iter,
+    .tp_repr = (reprfunc)rq_repr,
+    .tp_as_sequence = &rq_as_sequence,
+    .tp_methods = rq_methods,
+};
+
+/* ------------------------------------------------------------------ */
+/* Core                                                                 */
+
+typedef struct {
+    PyObject_HEAD
+    ReadyQueue *ready;           /* _ready */
+    PyObject *debug_obj;         /* _debug, as set */
+    int debug;                   /* its truth */
+    char closed;                 /* _closed */
+    char stopping;               /* _stopping */
+    PyObject *timers;            /* _timers: TimerQueue */
+    PyObject *counters;          /* _counters: Counters */
+    PyObject *instruments;       /* _instruments: Instruments */
+    PyObject *clock_wait;        /* _clock_wait: None or wait(poll, timeout) */
+    PyObject *poll;              /* _poll */
+    PyObject *dispatch;          /* _dispatch */
+    PyObject *io;                /* _io: the IoSource */
+    PyObject *now;               /* _now: the loop's time function */
+    PyObject *now_is_real;       /* _now_is_real */
+    PyObject *clock_resolution;  /* _clock_resolution */
+    PyObject *slow_duration;     /* slow_callback_duration */
+} Core;
+
+static PyTypeObject CoreType;
+
+static PyObject *
+core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    Core *self = (Core *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    /* Closed until fully built: a loop whose construction failed must not
+     * warn or close anything in __del__. */
+    self->closed = 1;
+    return (PyObject *)self;
+}
+
+static int
+core_traverse(Core *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->ready);
+    Py_VISIT(self->debug_obj);
+    Py_VISIT(self->timers);
+    Py_VISIT(self->counters);
+    Py_VISIT(self->instruments);
+    Py_VISIT(self->clock_wait);
+    Py_VISIT(self->poll);
+    Py_VISIT(self->dispatch);
+    Py_VISIT(self->io);
+    Py_VISIT(self->now);
+    Py_VISIT(self->now_is_real);
+    Py_VISIT(self->clock_resolution);
+    Py_VISIT(self->slow_duration);
+    return 0;
+}
+
+static int
+core_clear(Core *self)
+{
+    Py_CLEAR(self->ready);
+    Py_CLEAR(self->debug_obj);
+    Py_CLEAR(self->timers);
+    Py_CLEAR(self->counters);
+    Py_CLEAR(self->instruments);
+    Py_CLEAR(self->clock_wait);
+    Py_CLEAR(self->poll);
+    Py_CLEAR(self->dispatch);
+    Py_CLEAR(self->io);
+    Py_CLEAR(self->now);
+    Py_CLEAR(self->now_is_real);
+    Py_CLEAR(self->clock_resolution);
+    Py_CLEAR(self->slow_duration);
+    return 0;
+}
+
+static void
+core_dealloc(Core *self)
+{
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* _ready: must be a ReadyQueue (the run phase reads its ring directly). */
+static PyObject *
+core_get_ready(Core *self, void *Py_UNUSED(closure))
+{
+    if (self->ready == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_ready");
+        return NULL;
+    }
+    return Py_NewRef(self->ready);
+}
+
+static int
+core_set_ready(Core *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete _ready");
+        return -1;
+    }
+    if (!PyObject_TypeCheck(value, &ReadyQueueType)) {
+        PyErr_Format(PyExc_TypeError, "the native core's ready queue must be a ReadyQueue, not %.100s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    Py_XSETREF(self->ready, (ReadyQueue *)Py_NewRef(value));
+    return 0;
+}
+
+/* _debug: kept as given (get_debug() returns it), its truth cached. */
+static PyObject *
+core_get_debug(Core *self, void *Py_UNUSED(closure))
+{
+    if (self->debug_obj == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_debug");
+        return NULL;
+    }
+    return Py_NewRef(self->debug_obj);
+}
+
+static int
+core_set_debug(Core *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete _debug");
+        return -1;
+    }
+    int truth = PyObject_IsTrue(value);
+    if (truth < 0) {
+        return -1;
+    }
+    Py_XSETREF(self->debug_obj, Py_NewRef(value));
+    self->debug = truth;
+    return 0;
+}
+
+static PyGetSetDef core_getset[] = {
+    {"_ready", (getter)core_get_ready, (setter)core_set_ready, "The ready queue.", NULL},
+    {"_debug", (getter)core_get_debug, (setter)core_set_debug, "Debug mode, as set.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef core_members[] = {
+    {"_closed", TL_T_BOOL, offsetof(Core, closed), 0, NULL},
+    {"_stopping", TL_T_BOOL, offsetof(Core, stopping), 0, NULL},
+    {"_timers", TL_T_OBJECT_EX, offsetof(Core, timers), 0, NULL},
+    {"_counters", TL_T_OBJECT_EX, offsetof(Core, counters), 0, NULL},
+    {"_instruments", TL_T_OBJECT_EX, offsetof(Core, instruments), 0, NULL},
+    {"_clock_wait", TL_T_OBJECT_EX, offsetof(Core, clock_wait), 0, NULL},
+    {"_poll", TL_T_OBJECT_EX, offsetof(Core, poll), 0, NULL},
+    {"_dispatch", TL_T_OBJECT_EX, offsetof(Core, dispatch), 0, NULL},
+    {"_io", TL_T_OBJECT_EX, offsetof(Core, io), 0, NULL},
+    {"_now", TL_T_OBJECT_EX, offsetof(Core, now), 0, NULL},
+    {"_now_is_real", TL_T_OBJECT_EX, offsetof(Core, now_is_real), 0, NULL},
+    {"_clock_resolution", TL_T_OBJECT_EX, offsetof(Core, clock_resolution), 0, NULL},
+    {"slow_callback_duration", TL_T_OBJECT_EX, offsetof(Core, slow_duration), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static int
+check_ready(Core *self)
+{
+    if (self->ready == NULL || HandleType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the native core is not set up (no ready queue)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Python's own messages for a bad call of a pure method (the pure twin's
+ * qualname is Scheduler.<name>): the same TypeError for the same mistake. */
+static int
+no_arguments(const char *name, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs) {
+        PyErr_Format(PyExc_TypeError,
+                     "Scheduler.%s() takes 1 positional argument but %zd were given", name,
+                     nargs + 1);
+        return -1;
+    }
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_Format(PyExc_TypeError, "Scheduler.%s() got an unexpected keyword argument '%S'",
+                     name, PyTuple_GET_ITEM(kwnames, 0));
+        return -1;
+    }
+    return 0;
+}
+
+/* call_soon(callback, *args, context=None) */
+static PyObject *
+core_call_soon(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *context = Py_None;
+    PyObject *callback = nargs ? args[0] : NULL;
+    if (kwnames != NULL) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            if (PyUnicode_Compare(name, s_context) == 0) {
+                context = args[nargs + i];
+                continue;
+            }
+            if (PyUnicode_Compare(name, s_callback_kw) == 0) {
+                if (callback != NULL) {
+                    PyErr_SetString(PyExc_TypeError,
+                                    "Scheduler.call_soon() got multiple values for argument "
+                                    "'callback'");
+                    return NULL;
+                }
+                callback = args[nargs + i];
+                continue;
+            }
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            PyErr_Format(PyExc_TypeError,
+                         "Scheduler.call_soon() got an unexpected keyword argument '%S'", name);
+            return NULL;
+        }
+    }
+    if (callback == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Scheduler.call_soon() missing 1 required positional argument: 'callback'");
+        return NULL;
+    }
+    if (self->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+        return NULL;
+    }
+    if (check_ready(self) < 0) {
+        return NULL;
+    }
+    Py_ssize_t first = nargs ? 1 : 0; /* the callback's arguments follow it */
+    PyObject *cbargs = PyTuple_New(nargs - first);
+    if (cbargs == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = first; i < nargs; i++) {
+        PyTuple_SET_ITEM(cbargs, i - first, Py_NewRef(args[i]));
+    }
+    if (self->debug) {
+        /* Debug mode's checks and traceback: the pure path's code (one frame
+         * of ours to trim: the helper's). */
+        PyObject *one = PyLong_FromLong(1);
+        if (one == NULL) {
+            Py_DECREF(cbargs);
+            return NULL;
+        }
+        PyObject *stack[] = {(PyObject *)self, callback, cbargs, context, one};
+        PyObject *handle = PyObject_VectorcallMethod(
+            s_call_soon_debug, stack, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(one);
+        Py_DECREF(cbargs);
+        return handle;
+    }
+    PyObject *ctx;
+    if (context == Py_None) {
+        ctx = PyContext_CopyCurrent();
+        if (ctx == NULL) {
+            Py_DECREF(cbargs);
+            return NULL;
+        }
+    }
+    else {
+        ctx = Py_NewRef(context);
+    }
+    PyObject *handle = HandleType->tp_alloc(HandleType, 0);
+    if (handle == NULL) {
+        Py_DECREF(ctx);
+        Py_DECREF(cbargs);
+        return NULL;
+    }
+    /* Every field of handles.new_handle_fields (the slots start NULL). */
+    SLOT(handle, off_context) = ctx;
+    SLOT(handle, off_loop) = Py_NewRef(self);
+    SLOT(handle, off_callback) = Py_NewRef(callback);
+    SLOT(handle, off_args) = cbargs;
+    SLOT(handle, off_cancelled) = Py_NewRef(Py_False);
+    SLOT(handle, off_repr) = Py_NewRef(Py_None);
+    SLOT(handle, off_source_traceback) = Py_NewRef(Py_None);
+    if (rq_push(self->ready, handle) < 0) {
+        Py_DECREF(handle);
+        return NULL;
+    }
+    return handle;
+}
+
+/* ------------------------------------------------------------------ */
+/* Counters: the metrics' fields, written at their slot offsets.        */
+
+static double
+real_time(void)
+{
+#ifdef __linux__
+    /* time.monotonic() on Linux: CLOCK_MONOTONIC, in seconds as Python
+     * converts its nanoseconds (ns / 1e9). */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return (double)ns / 1e9;
+#else
+    PyObject *t = PyObject_CallNoArgs(monotonic);
+    if (t == NULL) {
+        return -1.0;
+    }
+    double d = PyFloat_AsDouble(t);
+    Py_DECREF(t);
+    return d;
+#endif
+}
+
+static int
+counters_ok(Core *self)
+{
+    if (self->counters == NULL || Py_TYPE(self->counters) != CountersType) {
+        PyErr_SetString(PyExc_RuntimeError, "the native core needs the loop's Counters");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+slot_set_double(PyObject *obj, Py_ssize_t off, double value)
+{
+    PyObject *v = PyFloat_FromDouble(value);
+    if (v == NULL) {
+        return -1;
+    }
+    Py_XSETREF(SLOT(obj, off), v);
+    return 0;
+}
+
+static int
+slot_get_double(PyObject *obj, Py_ssize_t off, double *out)
+{
+    PyObject *v = SLOT(obj, off);
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a Counters field is unset");
+        return -1;
+    }
+    *out = PyFloat_AsDouble(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+slot_add_int(PyObject *obj, Py_ssize_t off, long long delta)
+{
+    PyObject *v = SLOT(obj, off);
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a Counters field is unset");
+        return -1;
+    }
+    PyObject *d = PyLong_FromLongLong(delta);
+    if (d == NULL) {
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(v, d);
+    Py_DECREF(d);
+    if (sum == NULL) {
+        return -1;
+    }
+    Py_XSETREF(SLOT(obj, off), sum);
+    return 0;
+}
+
+static int
+slot_add_double(PyObject *obj, Py_ssize_t off, double delta)
+{
+    double v;
+    if (slot_get_double(obj, off, &v) < 0) {
+        return -1;
+    }
+    return slot_set_double(obj, off, v + delta);
+}
+
+/* Is the phase that just ended slow? Calls self._slow_phase() if so. */
+static int
+check_slow_phase(Core *self, double t, double mark)
+{
+    double slow = PyFloat_AsDouble(self->slow_duration);
+    if (slow == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (t - mark >= slow) {
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, s_slow_phase);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The run phase                                                        */
+
+/* Report a callback's exception (set as the current error) to the loop's
+ * exception handler, as Scheduler's run phase does: SystemExit and
+ * KeyboardInterrupt propagate (return -1 with the error set). */
+static int
+report_callback_error(Core *self, PyObject *handle)
+{
+    if (PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        return -1;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyObject *exc = value;
+#endif
+    if (exc == NULL) {
+        return 0;
+    }
+    /* The handler runs "in the except block": sys.exc_info() is the
+     * callback's exception, and one the handler raises chains to it. */
+    PyObject *previous = PyErr_GetHandledException();
+    PyErr_SetHandledException(exc);
+    int rc = -1;
+    PyObject *context = PyObject_CallFunctionObjArgs(error_context, handle, exc, Py_False, NULL);
+    if (context != NULL) {
+        PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, s_call_exception_handler, context);
+        Py_DECREF(context);
+        if (r != NULL) {
+            Py_DECREF(r);
+            rc = 0;
+        }
+    }
+    PyErr_SetHandledException(previous);
+    Py_XDECREF(previous);
+    Py_DECREF(exc);
+    return rc;
+}
+
+/* Call handle's callback in its context: 0 on success, -1 with the error set. */
+static int
+run_handle(PyObject *handle, PyObject *context, PyObject *callback, PyObject *args)
+{
+    PyObject *res;
+    if (!PyTuple_Check(args)) {
+        /* A user's handle with a list of arguments, say: context.run(cb, *args). */
+        PyObject *tuple = PySequence_Tuple(args);
+        if (tuple == NULL) {
+            return -1;
+        }
+        int rc = run_handle(handle, context, callback, tuple);
+        Py_DECREF(tuple);
+        return rc;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (PyContext_CheckExact(context)) {
+        if (PyContext_Enter(context) < 0) {
+            return -1;
+        }
+        res = PyObject_Vectorcall(callback, &PyTuple_GET_ITEM(args, 0), n, NULL);
+        if (PyContext_Exit(context) < 0) {
+            Py_XDECREF(res);
+            return -1;
+        }
+    }
+    else {
+        /* Not a contextvars.Context: its own run(), as asyncio calls it. */
+        PyObject *stack[8];
+        PyObject **argv = stack;
+        if (n + 2 > 8) {
+            argv = PyMem_New(PyObject *, n + 2);
+            if (argv == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+        argv[0] = context;
+        argv[1] = callback;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            argv[i + 2] = PyTuple_GET_ITEM(args, i);
+        }
+        res = PyObject_VectorcallMethod(s_run, argv, (size_t)(n + 2), NULL);
+        if (argv != stack) {
+            PyMem_Free(argv);
+        }
+    }
+    if (res == NULL) {
+        return -1;
+    }
+    Py_DECREF(res);
+    return 0;
+}
+
+/* One handle of the run phase: 1 if it was cancelled (skipped), 0 if it
+ * ran (its error reported), -1 to propagate. Steals *handle*. */
+static int
+run_one(Core *self, PyObject *handle)
+{
+    int rc;
+    if (AsyncioHandleType != NULL && PyObject_TypeCheck(handle, AsyncioHandleType)) {
+        PyObject *cancelled = SLOT(handle, off_cancelled);
+        if (cancelled == Py_True) {
+            Py_DECREF(handle);
+            return 1;
+        }
+        if (cancelled != Py_False) {
+            int truth = cancelled == NULL ? 0 : PyObject_IsTrue(cancelled);
+            if (truth < 0) {
+                Py_DECREF(handle);
+                return -1;
+            }
+            if (truth) {
+                Py_DECREF(handle);
+                return 1;
+            }
+        }
+        PyObject *context = SLOT(handle, off_context);
+        PyObject *callback = SLOT(handle, off_callback);
+        PyObject *args = SLOT(handle, off_args);
+        if (context == NULL || callback == NULL || args == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "a handle's fields are unset");
+            rc = -1;
+        }
+        else {
+            /* The callback may drop the handle's own references (cancel()). */
+            Py_INCREF(context);
+            Py_INCREF(callback);
+            Py_INCREF(args);
+            rc = run_handle(handle, context, callback, args);
+            Py_DECREF(context);
+            Py_DECREF(callback);
+            Py_DECREF(args);
+        }
+    }
+    else {
+        /* Not an asyncio.Handle: its attributes, by name. */
+        PyObject *cancelled = PyObject_GetAttr(handle, s_cancelled);
+        int truth = cancelled == NULL ? -1 : PyObject_IsTrue(cancelled);
+        Py_XDECREF(cancelled);
+        if (truth < 0) {
+            Py_DECREF(handle);
+            return -1;
+        }
+        if (truth) {
+            Py_DECREF(handle);
+            return 1;
+        }
+        PyObject *context = PyObject_GetAttrString(handle, "_context");
+        PyObject *callback = context ? PyObject_GetAttr(handle, s_callback) : NULL;
+        PyObject *args = callback ? PyObject_GetAttr(handle, s_args) : NULL;
+        rc = args ? run_handle(handle, context, callback, args) : -1;
+        Py_XDECREF(context);
+        Py_XDECREF(callback);
+        Py_XDECREF(args);
+    }
+    if (rc < 0) {
+        rc = report_callback_error(self, handle);
+    }
+    Py_DECREF(handle);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* _run_once                                                            */
+
+static PyObject *NO_EVENTS = NULL; /* an empty list, never mutated */
+
+static int
+truth_attr(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* The iteration; 0 or -1 with an error set. Mirrors Scheduler._run_once. */
+static int
+run_once(Core *self)
+{
+    if (check_ready(self) < 0 || counters_ok(self) < 0) {
+        return -1;
+    }
+    if (self->timers == NULL || self->instruments == NULL || self->poll == NULL ||
+        self->dispatch == NULL || self->io == NULL || self->now == NULL ||
+        self->now_is_real == NULL || self->clock_resolution == NULL ||
+        self->slow_duration == NULL || self->clock_wait == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the native core is not fully set up");
+        return -1;
+    }
+    PyObject *timers = self->timers;
+    PyObject *counters = self->counters;
+    PyObject *deadline = NULL; /* owned, or NULL for none */
+    PyObject *events = NULL;
+    int rc = -1;
+
+    /* 1. the earliest deadline (dropping cancelled timers) */
+    PyObject *heap = PyObject_GetAttr(timers, s_heap);
+    if (heap == NULL) {
+        return -1;
+    }
+    if (!PyList_Check(heap)) {
+        PyErr_SetString(PyExc_TypeError, "the timer queue's heap must be a list");
+        Py_DECREF(heap);
+        return -1;
+    }
+    if (PyList_GET_SIZE(heap)) {
+        int cancelled = truth_attr(timers, s_timers_cancelled);
+        if (cancelled < 0) {
+            Py_DECREF(heap);
+            return -1;
+        }
+        if (cancelled) {
+            deadline = PyObject_CallMethodNoArgs(timers, s_next_deadline);
+            if (deadline == NULL) {
+                Py_DECREF(heap);
+                return -1;
+            }
+            if (deadline == Py_None) {
+                Py_CLEAR(deadline);
+            }
+        }
+        else {
+            deadline = Py_NewRef(PyList_GET_ITEM(heap, 0));
+        }
+    }
+    Py_DECREF(heap);
+
+    /* 2. the poll timeout */
+    int block_forever = 0;
+    double timeout = 0.0;
+    if (self->ready->len || self->stopping) {
+        timeout = 0.0;
+    }
+    else if (deadline == NULL) {
+        block_forever = 1;
+    }
+    else {
+        PyObject *buckets = PyObject_GetAttr(timers, s_buckets);
+        PyObject *marker = buckets ? PyObject_GetAttr(timers, s_marker) : NULL;
+        if (marker == NULL) {
+            Py_XDECREF(buckets);
+            goto done;
+        }
+        PyObject *entry = PyDict_Check(buckets) ? PyDict_GetItemWithError(buckets, deadline)
+                                                 : PyObject_GetItem(buckets, deadline);
+        int is_marker = entry == marker;
+        if (!PyDict_Check(buckets)) {
+            Py_XDECREF(entry);
+        }
+        Py_DECREF(buckets);
+        Py_DECREF(marker);
+        if (entry == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetObject(PyExc_KeyError, deadline);
+            }
+            goto done;
+        }
+        if (is_marker) {
+            /* Far timers wait behind a marker (timers.py): move the first
+             * slot into the heap rather than wake for it. */
+            Py_SETREF(deadline, PyObject_CallMethodNoArgs(timers, s_pass_markers));
+            if (deadline == NULL) {
+                goto done;
+            }
+            if (deadline == Py_None) {
+                Py_CLEAR(deadline);
+            }
+        }
+        if (deadline == NULL) {
+            block_forever = 1;
+        }
+        else {
+            PyObject *now = PyObject_CallNoArgs(self->now);
+            if (now == NULL) {
+                goto done;
+            }
+            double d = PyFloat_AsDouble(deadline);
+            double n = PyFloat_AsDouble(now);
+            Py_DECREF(now);
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            timeout = d - n;
+            if (timeout > 24 * 3600.0) {
+                timeout = 24 * 3600.0;
+            }
+            else if (timeout < 0.0) {
+                timeout = 0.0;
+            }
+        }
+    }
+
+    /* 3. poll (with the metrics' clock reads), then dispatch */
+    double t, mark;
+    PyObject *wait = self->clock_wait;
+    if (!block_forever && timeout == 0.0 && wait == Py_None) {
+        /* A poll that cannot block counts as busy time. */
+        t = real_time();
+        if (slot_get_double(counters, off_mark, &mark) < 0 || check_slow_phase(self, t, mark) < 0 ||
+            slot_set_double(counters, off_mark, t) < 0) {
+            goto done;
+        }
+        /* Facts (Scheduler._run_once): a zero-timeout poll with only the
+         * waker registered reports nothing the ready queue does not show;
+         * it is skipped while no other thread exists. */
+        int polled = truth_attr(self->io, s_polled);
+        if (polled < 0) {
+            goto done;
+        }
+        int others = 0;
+        if (!polled) {
+            PyObject *count = PyObject_CallNoArgs(thread_count);
+            if (count == NULL) {
+                goto done;
+            }
+            others = PyObject_IsTrue(count);
+            Py_DECREF(count);
+            if (others < 0) {
+                goto done;
+            }
+        }
+        if (polled || others) {
+            PyObject *zero = PyFloat_FromDouble(0.0);
+            if (zero == NULL) {
+                goto done;
+            }
+            events = PyObject_CallOneArg(self->poll, zero);
+            Py_DECREF(zero);
+            if (events == NULL) {
+                goto done;
+            }
+        }
+        else {
+            events = Py_NewRef(NO_EVENTS);
+        }
+    }
+    else {
+        /* A poll that may block is idle time, recorded inside seq windows. */
+        if (slot_add_int(counters, off_seq, 1) < 0) {
+            goto done;
+        }
+        t = real_time();
+        if (slot_get_double(counters, off_mark, &mark) < 0 || check_slow_phase(self, t, mark) < 0 ||
+            slot_set_double(counters, off_poll_start, t) < 0 || slot_add_int(counters, off_seq, 1) < 0) {
+            goto done;
+        }
+        PyObject *timeout_obj = block_forever ? Py_NewRef(Py_None) : PyFloat_FromDouble(timeout);
+        if (timeout_obj == NULL) {
+            goto done;
+        }
+        if (wait == Py_None) {
+            events = PyObject_CallOneArg(self->poll, timeout_obj);
+        }
+        else {
+            events = PyObject_CallFunctionObjArgs(wait, self->poll, timeout_obj, NULL);
+        }
+        Py_DECREF(timeout_obj);
+        if (events == NULL) {
+            goto done;
+        }
+        if (slot_add_int(counters, off_seq, 1) < 0) {
+            goto done;
+        }
+        t = real_time();
+        double poll_start;
+        if (slot_set_double(counters, off_mark, t) < 0 ||
+            slot_get_double(counters, off_poll_start, &poll_start) < 0 ||
+            slot_add_double(counters, off_idle_time, t - poll_start) < 0 ||
+            slot_set_double(counters, off_poll_start, 0.0) < 0 || slot_add_int(counters, off_seq, 1) < 0) {
+            goto done;
+        }
+    }
+    if (slot_add_int(counters, off_iterations, 1) < 0) {
+        goto done;
+    }
+    int have_events = PyList_CheckExact(events) ? PyList_GET_SIZE(events) > 0 : PyObject_IsTrue(events);
+    if (have_events < 0) {
+        goto done;
+    }
+    if (have_events) {
+        PyObject *r = PyObject_CallOneArg(self->dispatch, events);
+        if (r == NULL) {
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+
+    /* 4. queue the timers that are due */
+    if (deadline != NULL) {
+        int real = PyObject_IsTrue(self->now_is_real);
+        if (real < 0) {
+            goto done;
+        }
+        double now;
+        if (real) {
+            now = t;
+        }
+        else {
+            PyObject *n = PyObject_CallNoArgs(self->now);
+            if (n == NULL) {
+                goto done;
+            }
+            now = PyFloat_AsDouble(n);
+            Py_DECREF(n);
+            if (now == -1.0 && PyErr_Occurred()) {
+                goto done;
+            }
+        }
+        double resolution = PyFloat_AsDouble(self->clock_resolution);
+        if (resolution == -1.0 && PyErr_Occurred()) {
+            goto done;
+        }
+        double end = now + resolution;
+        heap = PyObject_GetAttr(timers, s_heap);
+        if (heap == NULL) {
+            goto done;
+        }
+        int due = 0;
+        if (PyList_Check(heap) && PyList_GET_SIZE(heap)) {
+            double head = PyFloat_AsDouble(PyList_GET_ITEM(heap, 0));
+            if (head == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(heap);
+                goto done;
+            }
+            due = head < end;
+        }
+        Py_DECREF(heap);
+        if (due) {
+            PyObject *now_obj = PyFloat_FromDouble(now);
+            PyObject *end_obj = now_obj ? PyFloat_FromDouble(end) : NULL;
+            PyObject *r = NULL;
+            if (end_obj != NULL) {
+                PyObject *stack[] = {timers, now_obj, end_obj, (PyObject *)self->ready};
+                r = PyObject_VectorcallMethod(s_pop_due, stack, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                              NULL);
+            }
+            Py_XDECREF(now_obj);
+            Py_XDECREF(end_obj);
+            if (r == NULL) {
+                goto done;
+            }
+            Py_DECREF(r);
+        }
+    }
+
+    /* 5. run what is ready now */
+    int timed = truth_attr(self->instruments, s_timed);
+    if (timed < 0) {
+        goto done;
+    }
+    if (timed || self->debug) {
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, s_run_ready_timed);
+        if (r == NULL) {
+            goto done;
+        }
+        Py_DECREF(r);
+        rc = 0;
+        goto done;
+    }
+    {
+        ReadyQueue *ready = self->ready;
+        Py_ssize_t ntodo = ready->len;
+        Py_ssize_t skipped = 0;
+        for (Py_ssize_t i = 0; i < ntodo; i++) {
+            if (ready->len == 0) {
+                break; /* cleared by a callback (the loop closed under it) */
+            }
+            int r = run_one(self, rq_pop(ready));
+            if (r < 0) {
+                goto done;
+            }
+            skipped += r;
+        }
+        if (slot_add_int(counters, off_callbacks, (long long)(ntodo - skipped)) < 0) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(deadline);
+    Py_XDECREF(events);
+    return rc;
+}
+
+static PyObject *
+core_run_once(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (no_arguments("_run_once", nargs, kwnames) < 0 || run_once(self) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* run_forever(): _run_forever_setup, _run_once until stopped, _run_forever_cleanup. */
+static PyObject *
+core_run_forever(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (no_arguments("run_forever", nargs, kwnames) < 0) {
+        return NULL;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, s_run_forever_setup);
+    if (r == NULL) {
+        return NULL;
+    }
+    Py_DECREF(r);
+    /* As Scheduler.run_forever, the iteration is looked up once: a program
+     * (or a test) may have replaced it on the instance. */
+    PyObject *step = PyObject_GetAttr((PyObject *)self, s_run_once);
+    int failed = step == NULL;
+    int native = !failed && PyCFunction_Check(step) && PyCFunction_GET_SELF(step) == (PyObject *)self &&
+                 PyCFunction_GET_FUNCTION(step) == (PyCFunction)(void (*)(void))core_run_once;
+    while (!failed) {
+        if (native) {
+            failed = run_once(self) < 0;
+        }
+        else {
+            PyObject *res = PyObject_CallNoArgs(step);
+            failed = res == NULL;
+            Py_XDECREF(res);
+        }
+        /* Callbacks written in C run no bytecode: let signal handlers run
+         * (SIGINT's KeyboardInterrupt) once per iteration, as the pure
+         * loop's own bytecode lets them. */
+        if (!failed && PyErr_CheckSignals() < 0) {
+            failed = 1;
+        }
+        if (!failed && self->stopping) {
+            break;
+        }
+    }
+    Py_XDECREF(step);
+    /* finally: the cleanup runs; an error it raises replaces the one in
+     * flight, chained to it, as a Python finally block does. */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = failed ? PyErr_GetRaisedException() : NULL;
+#else
+    PyObject *ptype = NULL, *pvalue = NULL, *ptb = NULL;
+    if (failed) {
+        PyErr_Fetch(&ptype, &pvalue, &ptb);
+        PyErr_NormalizeException(&ptype, &pvalue, &ptb);
+        if (ptb != NULL && pvalue != NULL) {
+            PyException_SetTraceback(pvalue, ptb);
+        }
+    }
+#endif
+    r = PyObject_CallMethodNoArgs((PyObject *)self, s_run_forever_cleanup);
+#if PY_VERSION_HEX >= 0x030C0000
+    if (r == NULL) {
+        if (pending != NULL) {
+            PyObject *exc = PyErr_GetRaisedException();
+            PyException_SetContext(exc, pending); /* steals pending */
+            PyErr_SetRaisedException(exc);
+        }
+        return NULL;
+    }
+    Py_DECREF(r);
+    if (pending != NULL) {
+        PyErr_SetRaisedException(pending);
+        return NULL;
+    }
+#else
+    if (r == NULL) {
+        if (pvalue != NULL) {
+            PyObject *t2, *v2, *tb2;
+            PyErr_Fetch(&t2, &v2, &tb2);
+            PyErr_NormalizeException(&t2, &v2, &tb2);
+            if (v2 != NULL) {
+                PyException_SetContext(v2, pvalue); /* steals pvalue */
+                pvalue = NULL;
+            }
+            PyErr_Restore(t2, v2, tb2);
+        }
+        Py_XDECREF(ptype);
+        Py_XDECREF(pvalue);
+        Py_XDECREF(ptb);
+        return NULL;
+    }
+    Py_DECREF(r);
+    if (failed) {
+        PyErr_Restore(ptype, pvalue, ptb);
+        return NULL;
+    }
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef core_methods[] = {
+    {"call_soon", (PyCFunction)(void (*)(void))core_call_soon, METH_FASTCALL | METH_KEYWORDS,
+     "call_soon(callback, *args, context=None): schedule callback(*args); return its Handle."},
+    {"_run_once", (PyCFunction)(void (*)(void))core_run_once, METH_FASTCALL | METH_KEYWORDS,
+     "One iteration of the loop."},
+    {"run_forever", (PyCFunction)(void (*)(void))core_run_forever, METH_FASTCALL | METH_KEYWORDS,
+     "Run until stop() is called."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tideloop._core._native.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native twin of Scheduler's hot paths (see scheduler.py).",
+    .tp_new = core_new,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_methods = core_methods,
+    .tp_members = core_members,
+    .tp_getset = core_getset,
+};
+
+/* ------------------------------------------------------------------ */
+/* configure(): what the hot paths need from the Python side.           */
+
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) {
+        return -1;
+    }
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ member", type->tp_name, name);
+        Py_DECREF(descr);
+        return -1;
+    }
+    PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
+    if (def->type != TL_T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%.100s.%s is not an object slot", type->tp_name, name);
+        Py_DECREF(descr);
+        return -1;
+    }
+    *out = def->offset;
+    Py_DECREF(descr);
+    return 0;
+}
+
+static PyObject *
+native_configure(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"handle", "asyncio_handle", "counters", "error_context", NULL};
+    PyObject *handle, *asyncio_handle, *counters, *errctx;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O:configure", kwlist, &PyType_Type, &handle,
+                                     &PyType_Type, &asyncio_handle, &PyType_Type, &counters,
+                                     &errctx)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)handle, (PyTypeObject *)asyncio_handle)) {
+        PyErr_SetString(PyExc_TypeError, "handle must be a subclass of asyncio_handle");
+        return NULL;
+    }
+    PyTypeObject *ah = (PyTypeObject *)asyncio_handle;
+    PyTypeObject *ct = (PyTypeObject *)counters;
+    if (slot_offset(ah, "_context", &off_context) < 0 || slot_offset(ah, "_loop", &off_loop) < 0 ||
+        slot_offset(ah, "_callback", &off_callback) < 0 || slot_offset(ah, "_args", &off_args) < 0 ||
+        slot_offset(ah, "_cancelled", &off_cancelled) < 0 || slot_offset(ah, "_repr", &off_repr) < 0 ||
+        slot_offset(ah, "_source_traceback", &off_source_traceback) < 0 ||
+        slot_offset(ct, "mark", &off_mark) < 0 || slot_offset(ct, "seq", &off_seq) < 0 ||
+        slot_offset(ct, "poll_start", &off_poll_start) < 0 ||
+        slot_offset(ct, "idle_time", &off_idle_time) < 0 ||
+        slot_offset(ct, "iterations", &off_iterations) < 0 ||
+        slot_offset(ct, "callbacks", &off_callbacks) < 0) {
+        return NULL;
+    }
+    /* The handle class must add no slots of its own that we would leave
+     * unset, and must keep asyncio's layout. */
+    if (((PyTypeObject *)handle)->tp_basicsize != ah->tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "handle must not add slots to asyncio.Handle");
+        return NULL;
+    }
+    Py_XSETREF(HandleType, (PyTypeObject *)Py_NewRef(handle));
+    Py_XSETREF(AsyncioHandleType, (PyTypeObject *)Py_NewRef(asyncio_handle));
+    Py_XSETREF(CountersType, (PyTypeObject *)Py_NewRef(counters));
+    Py_XSETREF(error_context, Py_NewRef(errctx));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef native_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))native_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(handle, asyncio_handle, counters, error_context): the Python classes the "
+     "hot paths build and write."},
+    {NULL, NULL, 0, NULL},
+};
+
+#define INTERN(var, text)                                  \
+    do {                                                   \
+        var = PyUnicode_InternFromString(text);            \
+        if (var == NULL) {                                 \
+            return -1;                                     \
+        }                                                  \
+    } while (0)
+
+static int
+native_exec(PyObject *module)
+{
+    INTERN(s_context, "context");
+    INTERN(s_call_exception_handler, "call_exception_handler");
+    INTERN(s_call_soon_debug, "_call_soon_debug");
+    INTERN(s_run_ready_timed, "_run_ready_timed");
+    INTERN(s_slow_phase, "_slow_phase");
+    INTERN(s_run_forever_setup, "_run_forever_setup");
+    INTERN(s_run_forever_cleanup, "_run_forever_cleanup");
+    INTERN(s_polled, "polled");
+    INTERN(s_heap, "heap");
+    INTERN(s_cancelled, "_cancelled");
+    INTERN(s_next_deadline, "next_deadline");
+    INTERN(s_buckets, "buckets");
+    INTERN(s_marker, "marker");
+    INTERN(s_pass_markers, "pass_markers");
+    INTERN(s_pop_due, "pop_due");
+    INTERN(s_timed, "timed");
+    INTERN(s_run, "run");
+    INTERN(s_run_once, "_run_once");
+    INTERN(s_callback, "_callback");
+    INTERN(s_args, "_args");
+    INTERN(s_timers_cancelled, "cancelled");
+    INTERN(s_callback_kw, "callback");
+    NO_EVENTS = PyList_New(0);
+    if (NO_EVENTS == NULL) {
+        return -1;
+    }
+    PyObject *thread_mod = PyImport_ImportModule("_thread");
+    if (thread_mod == NULL) {
+        return -1;
+    }
+    thread_count = PyObject_GetAttrString(thread_mod, "_count");
+    Py_DECREF(thread_mod);
+    if (thread_count == NULL) {
+        return -1;
+    }
+    PyObject *time_mod = PyImport_ImportModule("time");
+    if (time_mod == NULL) {
+        return -1;
+    }
+    monotonic = PyObject_GetAttrString(time_mod, "monotonic");
+    Py_DECREF(time_mod);
+    if (monotonic == NULL) {
+        return -1;
+    }
+    if (PyType_Ready(&ReadyQueueType) < 0 || PyType_Ready(&CoreType) < 0) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(module, "ReadyQueue", (PyObject *)&ReadyQueueType) < 0 ||
+        PyModule_AddObjectRef(module, "Core", (PyObject *)&CoreType) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static PyModuleDef_Slot native_slots[] = {
+    {Py_mod_exec, native_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    /* Static types and module-wide state: one interpreter only. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    /* Relies on the GIL (see the module comment): a free-threaded
+     * interpreter that loads it turns the GIL back on. */
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tideloop._core._native",
+    .m_doc = "The native twin of tideloop's core hot paths (see scheduler.py).",
+    .m_size = 0,
+    .m_methods = native_methods,
+    .m_slots = native_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    return PyModuleDef_Init(&native_module);
+}
