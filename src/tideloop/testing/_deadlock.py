@@ -67,13 +67,13 @@ def check(loop: Loop, baseline: AbstractSet[int] = frozenset()) -> None:
         if ident != current and ident not in baseline and ident not in idle_workers:
             return
     network = getattr(loop, "_network", None)
-    simulated = network._by_fd if isinstance(network, SimNetwork) else {}
+    simulated = network.is_simulated if isinstance(network, SimNetwork) else lambda fd: False
     # Every registered fd may yet fire (a child's pidfd is the loop's own
     # registration, and a child's exit wakes it) except the waker, which
     # only a thread writes, and the signal pipe, decided below.
     fds = loop._fds
     own = {loop._waker.fileno(), loop._signals._sig_rfd}
-    if any(fd not in simulated and fd not in own for fd in fds.readers.keys() | fds.writers.keys()):
+    if any(not simulated(fd) and fd not in own for fd in fds.readers.keys() | fds.writers.keys()):
         return
     handlers = loop._signals.handlers
     if any(sig != signal.SIGINT for sig in handlers):

@@ -729,6 +729,10 @@ class SimNetwork:
             if (type in (0, kind)) and (proto in (0, kproto))
         ]
 
+    def is_simulated(self, fd: int) -> bool:
+        """Whether *fd* is one of this network's live simulated sockets (a read only)."""
+        return fd in self._by_fd
+
     # -- hosts -------------------------------------------------------------
 
     def host(self, name: str) -> _Host:
