@@ -41,7 +41,7 @@ from typing import Any
 
 from tideloop._loop import Loop
 
-from ._network import SimNetwork
+from ._sim import SimNetwork
 
 #: Stack frames shown per task.
 _FRAMES = 8

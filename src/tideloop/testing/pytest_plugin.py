@@ -89,7 +89,7 @@ from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
 from ._explore import STRATEGIES, Systematic, Tape, shrink_deviations
-from ._network import SimNetwork
+from ._sim import SimNetwork
 from ._strategy import DecisionLog, PCTStrategy, Point, RandomStrategy, ReplayStrategy, Strategy
 from ._world import seeded_globals
 
