@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 #: Seconds a message takes, drawn uniformly from this range per message.
@@ -54,6 +55,28 @@ class Link:
             self.bandwidth = template.bandwidth
         self.busy_until = 0.0
 
+    def set(
+        self,
+        latency: tuple[float, float] | None,
+        loss: float | None,
+        duplicate: float | None,
+        split: float | None,
+        bandwidth: float | None,
+    ) -> None:
+        """Set what is given (not None), each value checked as it is set."""
+        if latency is not None:
+            self.latency = _check_latency(latency)
+        if loss is not None:
+            self.loss = _check_probability("loss", loss)
+        if duplicate is not None:
+            self.duplicate = _check_probability("duplicate", duplicate)
+        if split is not None:
+            self.split = _check_probability("split", split)
+        if bandwidth is not None:
+            if bandwidth < 0:
+                raise ValueError(f"bandwidth must be >= 0 bytes a second, not {bandwidth!r}")
+            self.bandwidth = float(bandwidth) or None
+
 
 def _check_latency(value: tuple[float, float]) -> tuple[float, float]:
     low, high = float(value[0]), float(value[1])
@@ -69,43 +92,14 @@ def _check_probability(name: str, value: float) -> float:
     return value
 
 
-def _configure(  # noqa: PLR0917 (one of each property)
-    link: Link,
-    latency: tuple[float, float] | None,
-    loss: float | None,
-    duplicate: float | None,
-    split: float | None,
-    bandwidth: float | None,
-) -> None:
-    if latency is not None:
-        link.latency = _check_latency(latency)
-    if loss is not None:
-        link.loss = _check_probability("loss", loss)
-    if duplicate is not None:
-        link.duplicate = _check_probability("duplicate", duplicate)
-    if split is not None:
-        link.split = _check_probability("split", split)
-    if bandwidth is not None:
-        if bandwidth < 0:
-            raise ValueError(f"bandwidth must be >= 0 bytes a second, not {bandwidth!r}")
-        link.bandwidth = float(bandwidth) or None
-
-
 class Links:
     """Every link between hosts, and the partitions (see the module docstring)."""
 
     __slots__ = ("_built", "_config", "_cut", "_default")
 
-    def __init__(
-        self,
-        latency: tuple[float, float],
-        loss: float,
-        duplicate: float,
-        split: float,
-        bandwidth: float | None,
-    ) -> None:
-        self._default = Link()
-        _configure(self._default, latency, loss, duplicate, split, bandwidth)
+    def __init__(self, default: Link) -> None:
+        #: What a pair nobody configured goes through.
+        self._default = default
         self._config: dict[Pair, Link] = {}
         self._built: dict[Pair, Link] = {}
         self._cut: set[Pair] = set()
@@ -118,21 +112,14 @@ class Links:
             link = self._built[pair] = Link(self._config.get(pair, self._default))
         return link
 
-    def configure(  # noqa: PLR0917 (one of each property)
-        self,
-        pairs: list[Pair],
-        latency: tuple[float, float] | None,
-        loss: float | None,
-        duplicate: float | None,
-        split: float | None,
-        bandwidth: float | None,
-    ) -> None:
-        """Set what is given for each of *pairs*; what is not given keeps its value."""
+    def configure(self, pairs: list[Pair], change: Callable[[Link], None]) -> None:
+        """Apply *change* to the configuration of each of *pairs* (the defaults',
+        copied, for a pair not configured yet)."""
         for pair in pairs:
             config = self._config.get(pair)
             if config is None:
                 config = self._config[pair] = Link(self._default)
-            _configure(config, latency, loss, duplicate, split, bandwidth)
+            change(config)
             self._built.pop(pair, None)  # rebuilt from the configuration on next use
 
     # -- partitions ----------------------------------------------------------

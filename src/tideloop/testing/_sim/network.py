@@ -40,7 +40,7 @@ from tideloop._pollers import Poller
 
 from .endpoints import Host
 from .kernel import HOST, Kernel, LogEntry
-from .links import DEFAULT_LATENCY, Links, Pair
+from .links import DEFAULT_LATENCY, Link, Links, Pair
 from .loop_side import LoopSide
 
 #: SimNetwork has a method named socket: annotations there say this.
@@ -89,7 +89,9 @@ class SimNetwork:
         self.urandom = urandom
         self._sites: dict[str, bool] = {}
         self._sometimes_rng = random.Random(f"tideloop:{seed}:sometimes")
-        self._links = Links(latency, loss, duplicate, split, bandwidth)
+        default = Link()
+        default.set(latency, loss, duplicate, split, bandwidth)
+        self._links = Links(default)
         self._kernel = Kernel(random.Random(seed), self._links)
         self._side = LoopSide(self._kernel, real)
 
@@ -194,7 +196,9 @@ class SimNetwork:
         if isinstance(latency, (int, float)):
             latency = (latency, latency)
         pairs = [(a, b)] if oneway else [(a, b), (b, a)]
-        self._links.configure(pairs, latency, loss, duplicate, split, bandwidth)
+        self._links.configure(
+            pairs, lambda link: link.set(latency, loss, duplicate, split, bandwidth)
+        )
         self._kernel.record("link", a, b, "oneway" if oneway else "")
 
     def set_latency(self, a: str, b: str, low: float, high: float | None = None) -> None:
