@@ -78,7 +78,9 @@ flow down this list):
 - ``sockets``: `SimSocket`, the socket object a program holds, which
   reaches the kernel model only through ``endpoints.Syscalls``;
 - ``kernel``: the kernel model: hosts, the system calls, segments and
-  datagrams and their arrival, readiness, the event log;
+  datagrams and their arrival, the event log;
+- ``fdtable``: its table of simulated fds and their readiness, which the
+  poller wrapper reads;
 - ``endpoints``: its records (hosts, endpoints) and the `Syscalls`
   interface; ``links``: what messages between hosts go through, and the
   partitions.

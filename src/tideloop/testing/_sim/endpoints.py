@@ -19,7 +19,8 @@ Invariants:
   (``kind``, ``state``, ``local``, ``remote``, ``host``) and asks
   `Syscalls` for everything else.
 - An endpoint is in `ENDPOINTS` under its fd from `Syscalls.register` until
-  `Syscalls.close` (or until its socket is collected unclosed).
+  `Syscalls.close` (or until its socket is collected unclosed); only the
+  fd table (``fdtable``) writes it.
 - ``outstanding`` (bytes sent, not yet read by the peer) never exceeds
   `WINDOW`; ``queued`` (bytes of waiting datagrams) never exceeds
   `UDP_BUFFER`.
@@ -181,7 +182,7 @@ class Endpoint:
 
 
 #: Every live simulated socket of the process, by fd (its placeholder's).
-#: Read by the sockets; only the kernel model adds and removes entries.
+#: Read by the sockets; only the fd table (``fdtable``) adds and removes entries.
 ENDPOINTS: dict[int, Endpoint] = {}
 
 

@@ -1,7 +1,7 @@
 """The kernel model: every simulated host's sockets, and the segments between them.
 
-Layer: testing (the simulation; above ``endpoints`` and ``links``, below
-``sockets``, ``loop_side`` and ``network``). `Kernel` is what a real
+Layer: testing (the simulation; above ``endpoints``, ``fdtable`` and
+``links``, below ``loop_side`` and ``network``). `Kernel` is what a real
 kernel would be under the simulated sockets, for every host at once:
 
 - the hosts (by name and by address, each created on first use with the
@@ -15,18 +15,14 @@ kernel would be under the simulated sockets, for every host at once:
   ``unreachable``) delivered through the `Links` after a latency drawn
   from the network's generator (a timer on the loop), or held while a
   partition cuts its way, or lost; its arrival changes the endpoints;
-- readiness: the simulated fds the loop's poller watches (its interest)
-  and the candidates whose readiness may have changed (`ready`);
+- the fd table (``fdtable.FdTable``): the live simulated sockets, and
+  what the loop's poller sees of them; every change to an endpoint that
+  can make it ready touches it there;
 - the event log every part of the simulation records into (`record`).
 
 Invariants:
-- Every live simulated socket's endpoint is in ``endpoints.ENDPOINTS`` (by
-  fd) and in ``_by_fd`` from `register` until `close`; the poller reports
-  readiness only for fds found there.
-- Readiness is recomputed only for fds in ``_candidates``: every change to
-  an endpoint's state that can make it ready calls `_touch`, and an fd
-  that is ready stays a candidate (level-triggered), so a poll costs the
-  sockets that changed, not every socket.
+- A socket's endpoint is in the fd table from `register` until `close`
+  (or until the socket is collected unclosed).
 - Segments of one direction of one stream connection arrive in the order
   sent: an arrival is never scheduled before the previous one
   (``last_arrival``).
@@ -48,9 +44,8 @@ import weakref
 import zlib
 from typing import Any, Final
 
-from tideloop._pollers import READ, WRITE
-
-from .endpoints import ENDPOINTS, UDP_BUFFER, WINDOW, Address, Endpoint, Host, Kind, error
+from .endpoints import UDP_BUFFER, WINDOW, Address, Endpoint, Host, Kind, error
+from .fdtable import FdTable
 from .links import Links
 
 #: The largest UDP payload over IPv4.
@@ -72,13 +67,11 @@ class Kernel:
 
     __slots__ = (
         "_by_address",
-        "_by_fd",
-        "_candidates",
         "_held",
         "_hosts",
-        "_interest",
         "_links",
         "_rng",
+        "fds",
         "log",
         "loop",
     )
@@ -88,10 +81,8 @@ class Kernel:
         self._links = links
         self._hosts: dict[str, Host] = {}
         self._by_address: dict[str, Host] = {}
-        self._by_fd: dict[int, Endpoint] = {}
-        #: fd -> the events the loop's poller watches it for.
-        self._interest: dict[int, int] = {}
-        self._candidates: dict[int, None] = {}
+        #: The live simulated sockets, and what the loop's poller sees of them.
+        self.fds = FdTable()
         #: Segments a partition holds, in the order they were sent.
         self._held: list[tuple[Host, Host, Any]] = []
         #: The loop served now (set by the loop side when a loop attaches).
@@ -132,56 +123,6 @@ class Kernel:
         now = self.loop.time() if self.loop is not None else 0.0
         self.log.append((now, event, a, b, detail))
 
-    # -- readiness (the loop's poller asks) ------------------------------------
-
-    def is_simulated(self, fd: int) -> bool:
-        """Whether *fd* is a live simulated socket's."""
-        return fd in self._by_fd
-
-    def new_poller(self) -> None:
-        """A new loop's poller: it watches nothing yet."""
-        self._interest = {}
-
-    def watching(self, fd: int) -> bool:
-        return fd in self._interest
-
-    def watch(self, fd: int, events: int) -> None:
-        self._interest[fd] = events
-        self._candidates[fd] = None
-
-    def unwatch(self, fd: int) -> bool:
-        """Stop watching *fd*; False if it was not watched here."""
-        return self._interest.pop(fd, None) is not None
-
-    def ready(self) -> list[tuple[int, int]]:
-        """The watched fds that are ready now, with their events."""
-        ready: list[tuple[int, int]] = []
-        candidates = self._candidates
-        if candidates:
-            by_fd = self._by_fd
-            interest = self._interest
-            still: dict[int, None] = {}
-            for fd in candidates:
-                mask = interest.get(fd)
-                ep = by_fd.get(fd)
-                if not mask or ep is None:
-                    continue
-                bits = 0
-                if mask & READ and ep.readable():
-                    bits |= READ
-                if mask & WRITE and ep.writable():
-                    bits |= WRITE
-                if bits:
-                    ready.append((fd, bits))
-                    still[fd] = None  # level-triggered: asked again next poll
-            self._candidates = still
-        return ready
-
-    def _touch(self, ep: Endpoint) -> None:
-        """*ep*'s readiness may have changed: the next poll looks at it."""
-        if ep.fd >= 0 and not ep.closed:
-            self._candidates[ep.fd] = None
-
     # -- the system calls (endpoints.Syscalls) ---------------------------------
 
     def endpoint(self, host: Host, kind: Kind) -> Endpoint:
@@ -189,13 +130,10 @@ class Kernel:
         return Endpoint(self, host, kind)
 
     def register(self, sock: socket.socket, ep: Endpoint) -> None:
-        fd = socket.socket.fileno(sock)
-        ep.fd = fd
         # A socket collected unclosed closes its fd with no _real_close: the
         # endpoint must go then too, before the kernel hands the fd out again.
         ep.ref = weakref.ref(sock, lambda _: self._collected(ep))
-        ENDPOINTS[fd] = ep
-        self._by_fd[fd] = ep
+        self.fds.add(socket.socket.fileno(sock), ep)
 
     def _collected(self, ep: Endpoint) -> None:
         if not ep.closed:
@@ -317,8 +255,8 @@ class Kernel:
         ep.remote = path
         server.peer, ep.peer = ep, server
         listener.backlog.append(server)
-        self._touch(listener)
-        self._touch(ep)
+        self.fds.touch(listener)
+        self.fds.touch(ep)
         self.record("connect", host.name, host.name, f"unix {path!r}")
 
     def getsockopt(self, ep: Endpoint, level: int, optname: int) -> int:
@@ -350,7 +288,7 @@ class Kernel:
         """Report a reset once, from whichever of recv/send comes first, as Linux
         does; after it the socket reads EOF and writes EPIPE."""
         err, ep.error = ep.error, 0
-        self._touch(ep)
+        self.fds.touch(ep)
         if ep.kind == "udp":  # an ICMP error: reported once, the socket lives on
             raise error(err, ConnectionRefusedError if err == errno.ECONNREFUSED else OSError)
         ep.eof = True
@@ -378,7 +316,7 @@ class Kernel:
         sender = ep.peer
         if sender is not None:
             sender.outstanding -= n
-            self._touch(sender)
+            self.fds.touch(sender)
 
     def send(self, ep: Endpoint, view: memoryview) -> int:
         if ep.state == "dead":
@@ -396,7 +334,7 @@ class Kernel:
         if not data:
             return 0
         ep.outstanding += len(data)
-        self._touch(ep)
+        self.fds.touch(ep)
         src, dst = ep.host, ep.peer.host
         link = self._links.link(src.name, dst.name)
         if link.split and len(data) > 1 and self._rng.random() < link.split:
@@ -437,19 +375,13 @@ class Kernel:
             raise error(errno.ENOTCONN)
         if how in (socket.SHUT_WR, socket.SHUT_RDWR) and not ep.shut_wr:
             ep.shut_wr = True
-            self._touch(ep)
+            self.fds.touch(ep)
             if ep.peer is not None and ep.state == "connected":
                 self._deliver(ep.host, ep.peer.host, ("fin", ep.peer))
 
     def close(self, ep: Endpoint) -> None:
         ep.closed = True
-        if ENDPOINTS.get(ep.fd) is ep:
-            del ENDPOINTS[ep.fd]
-        if self._by_fd.get(ep.fd) is ep:
-            del self._by_fd[ep.fd]
-            self._candidates.pop(ep.fd, None)
-            # Its fd number may now be reused by the kernel, for a real fd.
-            self._interest.pop(ep.fd, None)
+        self.fds.remove(ep)
         self._unbind(ep)
         if ep.state == "listening":
             for pending in ep.backlog:  # accepted by the kernel, never by the program
@@ -472,14 +404,14 @@ class Kernel:
         are reset."""
         host.up = False
         host.wipe()
-        for ep in list(self._by_fd.values()):
+        for ep in self.fds.endpoints():
             if ep.host is host and ep.generation == host.generation:
                 peer = ep.peer
                 if peer is not None and peer.state == "connected" and peer.alive:
                     self._deliver(host, peer.host, ("rst", peer), force=True)
                 ep.state = "dead"
                 ep.peer = None
-                self._touch(ep)
+                self.fds.touch(ep)
 
     def restart(self, host: Host) -> None:
         """A crashed *host* is up again, a new incarnation (its old sockets stay dead)."""
@@ -488,7 +420,7 @@ class Kernel:
 
     def reset(self, a: str, b: str) -> None:
         """Reset every connection between the hosts named *a* and *b*."""
-        for ep in list(self._by_fd.values()):
+        for ep in self.fds.endpoints():
             peer = ep.peer
             if peer is None or ep.state != "connected":
                 continue
@@ -503,7 +435,7 @@ class Kernel:
                 side.inbox.clear()
                 if side.peer is not None:
                     side.peer.outstanding = 0
-                self._touch(side)
+                self.fds.touch(side)
 
     def release_held(self) -> None:
         """Deliver, in order, the held segments whose way is no longer cut."""
@@ -559,7 +491,7 @@ class Kernel:
             self._arrive_dgram(src, dst, segment)
             return
         ep: Endpoint = segment[1]
-        self._touch(ep)
+        self.fds.touch(ep)
         if kind == "synack":
             if ep.state == "connecting" and not ep.closed:
                 ep.state = "connected"
@@ -618,7 +550,7 @@ class Kernel:
         server.remote = client.local
         server.peer = client
         listener.backlog.append(server)
-        self._touch(listener)
+        self.fds.touch(listener)
         self.record("accept", src.name, dst.name, f"{client.local} -> {server.local}")
         self._deliver(dst, src, ("synack", client, server))
 
@@ -638,6 +570,6 @@ class Kernel:
             return
         ep.datagrams.append((data, source))
         ep.queued += len(data)
-        self._touch(ep)
+        self.fds.touch(ep)
         crc = zlib.crc32(data)
         self.record("dgram", src.name, dst.name, f"{len(data)} bytes to {ep.local} crc {crc:08x}")

@@ -5,8 +5,9 @@ Layer: testing (the simulation; above ``kernel`` and ``sockets``, below
 ``tideloop._fdio.network.Network`` (``SimNetwork`` forwards them here):
 
 - `LoopSide.wrap_poller`: the loop's poller becomes a `SimPoller`, which
-  answers for simulated fds from the kernel model's readiness and for
-  every other fd from the kernel's poller, in one poll;
+  answers for simulated fds from the kernel model's fd table
+  (``fdtable.FdTable``) and for every other fd from the kernel's poller,
+  in one poll;
 - `LoopSide.attach`: the loop the simulation serves (its time is the
   network's, its timers deliver the segments);
 - `LoopSide.socket`: a `SimSocket` on the running code's host for every
@@ -42,6 +43,7 @@ from typing import Any, Final, Literal
 from tideloop._pollers import Poller
 
 from .endpoints import Host, Kind, kind_of
+from .fdtable import FdTable
 from .kernel import HOST, Kernel
 from .sockets import SimSocket
 
@@ -73,10 +75,10 @@ _Socket = socket.socket
 
 class SimPoller:
     """The loop's poller under a simulation: simulated fds from the kernel model's
-    readiness, every other fd from the kernel's poller, in one poll."""
+    fd table, every other fd from the kernel's poller, in one poll."""
 
-    def __init__(self, kernel: Kernel, inner: Poller) -> None:
-        self._kernel = kernel
+    def __init__(self, fds: FdTable, inner: Poller) -> None:
+        self._fds = fds
         self._inner = inner
         self.name = f"sim+{inner.name}"
 
@@ -84,23 +86,23 @@ class SimPoller:
         return self._inner.fileno()
 
     def register(self, fd: int, events: int) -> None:
-        if self._kernel.is_simulated(fd):
-            self._kernel.watch(fd, events)
+        if self._fds.is_simulated(fd):
+            self._fds.watch(fd, events)
         else:
             self._inner.register(fd, events)
 
     def modify(self, fd: int, events: int) -> None:
-        if self._kernel.watching(fd):
-            self._kernel.watch(fd, events)
+        if self._fds.watching(fd):
+            self._fds.watch(fd, events)
         else:
             self._inner.modify(fd, events)
 
     def unregister(self, fd: int) -> None:
-        if not self._kernel.unwatch(fd):
+        if not self._fds.unwatch(fd):
             self._inner.unregister(fd)
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
-        ready = self._kernel.ready()
+        ready = self._fds.ready()
         events = self._inner.poll(0.0 if ready else timeout)
         return events + ready if ready else events
 
@@ -129,8 +131,8 @@ class LoopSide:
         loop = self._kernel.loop
         if self._poller is not None and not (loop is not None and loop.is_closed()):
             raise RuntimeError("a SimNetwork serves one loop")
-        self._kernel.new_poller()
-        self._poller = SimPoller(self._kernel, poller)
+        self._kernel.fds.new_poller()
+        self._poller = SimPoller(self._kernel.fds, poller)
         return self._poller
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -133,7 +133,7 @@ class SimNetwork:
 
     def is_simulated(self, fd: int) -> bool:
         """Whether *fd* is one of this network's live simulated sockets (a read only)."""
-        return self._kernel.is_simulated(fd)
+        return self._kernel.fds.is_simulated(fd)
 
     # -- hosts -------------------------------------------------------------
 
