@@ -20,8 +20,9 @@ behind ``tideloop.testing.sometimes``). What each means to a program is
 the model in the package docstring (``tideloop.testing._sim``).
 
 Invariants:
-- Every fault is recorded in the event log (`log`) before it acts, so a
-  log reads as the run happened.
+- Every fault and link change is recorded in the event log (`log`) at the
+  virtual time it is made, before any message it affects moves (messages
+  move on the loop's timers), so a log reads as the run happened.
 - A fault point is enabled or not per site and seed, from a generator of
   its own (not the network's): adding a site elsewhere changes neither
   which sites a seed enables nor the network's draws.
