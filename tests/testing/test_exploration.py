@@ -34,6 +34,7 @@ from tideloop.testing import (
     Tape,
 )
 from tideloop.testing._explore import RunTimeout, attempt, shrink_deviations
+from tideloop.testing._search import STRATEGIES, Options, Recipe
 from tideloop.testing._strategy import Point
 
 HERE = Path(__file__).parent
@@ -78,6 +79,51 @@ def test_a_strategy_out_of_range_is_refused() -> None:
     log = DecisionLog(Broken())
     with pytest.raises(ValueError, match="chose 2 of 2"):
         log.choose(("tie", 0, 0), 2, [0.5], lambda v: "")
+
+
+def test_every_strategy_of_a_search_is_one_entry_of_the_registry() -> None:
+    assert STRATEGIES.names == ("random", "pct", "systematic")
+    assert STRATEGIES.seeded_names() == ("random", "pct")
+    for name in STRATEGIES.names:
+        recipe = STRATEGIES.get(name)
+        assert isinstance(recipe.search(Options()).next(7, None), recipe.cls), name
+        assert name in STRATEGIES.described()
+    with pytest.raises(
+        ValueError, match="strategy must be one of random, pct, systematic, not 'x'"
+    ):
+        testing.explore(_echo_once, strategy="x")
+    with pytest.raises(ValueError, match="one of make"):
+        Recipe("neither", RandomStrategy, "")
+    systematic = STRATEGIES.get("systematic")
+    with pytest.raises(ValueError, match="one of make"):
+        Recipe(
+            "both",
+            ReplayStrategy,
+            "",
+            make=STRATEGIES.get("random").make,
+            enumerate=systematic.enumerate,
+        )
+
+
+def test_the_pct_recipe_measures_an_unperturbed_run_then_keeps_the_longest() -> None:
+    recipe = STRATEGIES.get("pct")
+    search = recipe.search(Options(depth=3))
+    first = search.first()
+    assert isinstance(first, ReplayStrategy) and not first.deviations
+
+    def ran(count: int) -> DecisionLog:
+        log = DecisionLog(ReplayStrategy({}))
+        log.count = count
+        return log
+
+    made = search.next(5, ran(40))
+    assert isinstance(made, PCTStrategy) and (made.seed, made.depth, made.length) == (5, 3, 40)
+    later = search.next(6, ran(10))  # a shorter run does not shorten the spread
+    assert isinstance(later, PCTStrategy) and later.length == 40
+    # A worker process given the first run's count makes the same schedule.
+    again = recipe.strategy(5, Options(depth=3), 40)
+    assert isinstance(again, PCTStrategy) and again.describe() == made.describe()
+    assert STRATEGIES.get("random").first() is None
 
 
 def test_ties_are_decisions_only_when_deadlines_are_equal() -> None:

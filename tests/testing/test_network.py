@@ -255,7 +255,7 @@ def test_heal_one_host_or_one_direction() -> None:
             await asyncio.wait_for(reader.readline(), 1)
         net.heal("db")  # every partition of db's
         assert await reader.readline() == b"echo a\n"
-        assert net._cut == set()
+        assert net.partitions == frozenset()
         writer.close()
         await writer.wait_closed()
         await stop(server)

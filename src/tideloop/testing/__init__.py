@@ -33,8 +33,8 @@ the duration of a simulated run, and undone after it.
   schedules of a scenario under a strategy (random, PCT, systematic),
   a failure shrunk to its fewest deviations, saved as a tape that replays
   by identity; ``python -m tideloop.testing`` runs them from a shell.
-- `SimNetwork` (``_network``): hosts, simulated TCP, UDP and Unix
-  sockets, latency and faults; its module docstring is the exact model.
+- `SimNetwork` (``_sim``): hosts, simulated TCP, UDP and Unix
+  sockets, latency and faults; its package docstring is the exact model.
 - `Deadlock` (``_deadlock``), `always`, `eventually` (``_properties``): a
   virtual-time run that can never wake is reported with every task's await
   chain; properties checked after every callback.
@@ -63,9 +63,9 @@ from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
 from ._explore import Exploration, Tape, diff, explore, replay, shrink
-from ._network import SimNetwork, SimSocket
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
+from ._sim import SimNetwork, SimSocket
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
 from ._supervisor import VirtualTimeWatch
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes

@@ -1,8 +1,8 @@
 """``python -m tideloop.testing``: explore a scenario's schedules, print and compare tapes.
 
-Layer: top (``tideloop.testing``), a command line over ``_explore``.
+Layer: top (``tideloop.testing``), a command line over ``_explore`` and ``_search``.
 
-    python -m tideloop.testing explore MODULE:FUNCTION [--strategy random|pct|systematic]
+    python -m tideloop.testing explore MODULE:FUNCTION [--strategy NAME]
         [--schedules N] [--seed S] [--depth D] [--bound K] [--virtual-time]
         [--wakeups] [-j PROCESSES] [--state FILE] [--tape FILE] [--timeout SECONDS]
     python -m tideloop.testing replay MODULE:FUNCTION TAPE
@@ -11,7 +11,8 @@ Layer: top (``tideloop.testing``), a command line over ``_explore``.
 
 ``explore`` imports FUNCTION (an async function taking no argument: each
 schedule calls it for a fresh coroutine) and runs schedules until one
-fails. With ``-j P`` (random and pct), P worker processes take seeds
+fails. ``--strategy`` takes a name of ``_search.STRATEGIES`` (random, pct,
+systematic). With ``-j P`` (a seeded strategy), P worker processes take seeds
 ``seed + i`` for ``i = w, w + P, ...``; the first failure stops them all.
 With ``--state FILE``, the seeds that passed are recorded there after each
 batch, and a rerun with the same file, scenario and strategy resumes after
@@ -35,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from ._explore import (
-    STRATEGIES,
     Scenario,
     SeedJob,
     Tape,
@@ -47,9 +47,8 @@ from ._explore import (
     replay,
     run_seeds,
     shrink,
-    strategy_for,
 )
-from ._strategy import ReplayStrategy
+from ._search import STRATEGIES, Options
 
 
 def _load_state(path: Path | None, key: dict[str, Any]) -> set[int]:
@@ -71,8 +70,13 @@ def _save_state(path: Path | None, key: dict[str, Any], passed: set[int]) -> Non
     tmp.replace(path)
 
 
+def _options(args: argparse.Namespace) -> Options:
+    return Options(depth=args.depth, bound=args.bound)
+
+
 def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
-    """Random or pct over processes, resumable; shrinks a failure here."""
+    """A seeded strategy over processes, resumable; shrinks a failure here."""
+    recipe = STRATEGIES.get(args.strategy)
     state = Path(args.state) if args.state else None
     key = {
         "scenario": args.scenario,
@@ -83,11 +87,12 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         "wakeups": args.wakeups,
     }
     passed = _load_state(state, key)
-    length = 1
-    if args.strategy == "pct":
+    length = 0
+    first = recipe.first()
+    if first is not None:
         log, exc = attempt(
             scenario,
-            ReplayStrategy({}),
+            first,
             virtual_time=args.virtual_time,
             timeout=args.timeout,
             wakeups=args.wakeups,
@@ -110,7 +115,7 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
                     args.scenario,
                     args.strategy,
                     todo[w::jobs],
-                    args.depth,
+                    _options(args),
                     length,
                     args.virtual_time,
                     args.timeout,
@@ -151,7 +156,7 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         return 0
     seed, text = failed
     print(f"seed {seed} failed: {text}")
-    strategy = strategy_for(args.strategy, seed, args.depth, length)
+    strategy = recipe.strategy(seed, _options(args), length)
     log, exc = attempt(
         scenario,
         strategy,
@@ -196,7 +201,8 @@ def _report_tape(args: argparse.Namespace, tape: Tape, runs: int) -> None:
 
 def _cmd_explore(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
-    if args.strategy != "systematic" and (args.jobs > 1 or args.state):
+    recipe = STRATEGIES.get(args.strategy)
+    if recipe.seeded and (args.jobs > 1 or args.state):
         return _explore_parallel(args, scenario)
     result = explore(
         scenario,
@@ -212,9 +218,9 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     )
     if result.tape is None:
         extra = ""
-        if args.strategy == "systematic":
+        if recipe.space is not None:
             extra = (
-                f" (every schedule with at most {args.bound} deviation(s): exhausted)"
+                f" ({recipe.space(_options(args))}: exhausted)"
                 if result.exhausted
                 else " (the bounded space was not exhausted)"
             )
@@ -251,9 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("explore", help="run schedules until one fails; shrink it to a tape")
     p.add_argument("scenario", help="MODULE:FUNCTION, an async function of no argument")
-    p.add_argument("--strategy", choices=STRATEGIES, default="random")
+    seeded = ", ".join(STRATEGIES.seeded_names())
+    p.add_argument(
+        "--strategy",
+        choices=STRATEGIES.names,
+        default="random",
+        help=f"how schedules are picked: {STRATEGIES.described()} (default: random)",
+    )
     p.add_argument("--schedules", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0, help="the first seed (random, pct)")
+    p.add_argument("--seed", type=int, default=0, help=f"the first seed ({seeded})")
     p.add_argument("--depth", type=int, default=2, help="pct: deviations per schedule")
     p.add_argument("--bound", type=int, default=2, help="systematic: at most K deviations")
     p.add_argument("--virtual-time", action="store_true")
@@ -262,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also vary how many iterations a task's step takes (latent races)",
     )
-    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (random, pct)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help=f"worker processes ({seeded})")
     p.add_argument("--state", help="record passed seeds here, and resume from it")
     p.add_argument("--tape", help="where the failing schedule's tape goes")
     p.add_argument(

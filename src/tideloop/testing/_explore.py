@@ -11,7 +11,8 @@ On top of that:
   kept up to date), or ``"systematic"`` (every schedule with at most
   *bound* deviations, fewest first, each deviation a point of the run it
   deviates from; it says *exhausted* only when it ran them all and no run
-  met more points than a log keeps);
+  met more points than a log keeps). Each strategy's recipe is its entry in
+  ``_search.STRATEGIES``, which the plugin and the command line use too;
 - `shrink` reduces a failing run's deviations to a 1-minimal list that still
   fails (delta debugging: no single deviation of it can be dropped), then
   lowers each value as far as the failure allows;
@@ -34,27 +35,15 @@ import platform
 import sys
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ._strategy import (
-    LOG_LIMIT,
-    Decision,
-    DecisionLog,
-    PCTStrategy,
-    Point,
-    RandomStrategy,
-    ReplayStrategy,
-    Strategy,
-)
+from ._search import STRATEGIES, Options
+from ._strategy import Decision, DecisionLog, Point, ReplayStrategy, Strategy
 
 Scenario = Callable[[], Coroutine[Any, Any, object]]
-
-#: The strategies `explore` knows by name.
-STRATEGIES: Final = ("random", "pct", "systematic")
 
 #: A run's limit in seconds of loop time when none is given (`attempt`):
 #: on the real clock, and on a virtual one (where hours pass in no time).
@@ -388,65 +377,6 @@ def shrink(
     return best, last, runs
 
 
-class Systematic:
-    """Every schedule with at most *bound* deviations, fewest first.
-
-    Driven by the runs themselves: `next` takes the log of the run it
-    handed out last and returns the strategy of the next run (the first is
-    the unperturbed schedule), or None when every schedule of the bounded
-    space has run. Each deviation is a point met by the run it deviates
-    from, after that run's last deviation, so no set is tried twice in
-    another order. `exhausted` is then True unless a run met more points
-    than a log keeps (`LOG_LIMIT`): those points were never enumerated.
-    """
-
-    def __init__(self, bound: int = 2) -> None:
-        if bound < 0:
-            raise ValueError(f"bound must not be negative, not {bound!r}")
-        self.bound = bound
-        self.complete = True
-        self.exhausted = False
-        self._frontier: deque[tuple[dict[Point, int], list[Decision]]] = deque()
-        self._pending: tuple[dict[Point, int], Point] | None = None
-        self._started = False
-        self._runs = 0
-        self._children = self._enumerate()
-
-    def _enumerate(self) -> Iterator[tuple[dict[Point, int], Point]]:
-        frontier = self._frontier
-        while frontier:
-            devs, after = frontier.popleft()
-            for decision in after:
-                for value in range(1, decision.n):
-                    yield {**devs, decision.point: value}, decision.point
-
-    def next(self, last: DecisionLog | None) -> ReplayStrategy | None:
-        if not self._started:
-            self._started = True
-            self._runs = 1
-            return ReplayStrategy({}, label=f"systematic (bound {self.bound}), schedule 1")
-        if last is not None:
-            self.complete &= last.count <= LOG_LIMIT
-            pending = self._pending
-            if pending is None:
-                if self.bound:
-                    self._frontier.append(({}, last.decisions))
-            else:
-                devs, point = pending
-                met = last.deviations.get(point)
-                if met is not None and len(devs) < self.bound:
-                    self._frontier.append((devs, last.decisions[met.index + 1 :]))
-        child = next(self._children, None)
-        if child is None:
-            self._pending = None
-            self.exhausted = self.complete
-            return None
-        self._pending = child
-        self._runs += 1
-        label = f"systematic (bound {self.bound}), schedule {self._runs}"
-        return ReplayStrategy(child[0], label=label)
-
-
 def explore(
     scenario: Scenario,
     *,
@@ -472,8 +402,7 @@ def explore(
     *wakeups* turns on the opt-in variation of how many iterations a task's
     step takes: a failure that needs it is marked latent (`Tape.latent`).
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    recipe = STRATEGIES.get(strategy)
     if schedules < 1:
         raise ValueError(f"schedules must be at least 1, not {schedules!r}")
     result = Exploration(strategy)
@@ -482,45 +411,25 @@ def explore(
     failing: DecisionLog | None = None
     failure: BaseException | None = None
     found_by = ""
-    if strategy == "systematic":
-        space = Systematic(bound)
-        last: DecisionLog | None = None
-        while result.schedules < schedules:
-            next_strategy = space.next(last)
-            if next_strategy is None:
-                result.exhausted = space.exhausted
-                break
-            last, exc = attempt(
-                scenario, next_strategy, virtual_time=virtual_time, timeout=timeout, **mode
-            )
-            result.schedules += 1
-            if exc is not None:
-                failing, failure = last, exc
-                found_by = next_strategy.describe()
-                break
-    else:
-        length = 0
-        if strategy == "pct":
-            log, exc = attempt(
-                scenario, ReplayStrategy({}), virtual_time=virtual_time, timeout=timeout, **mode
-            )
-            result.schedules += 1
-            length = log.count
-            if exc is not None:
-                failing, failure, found_by = log, exc, "the unperturbed schedule"
-        for i in range(schedules - result.schedules if failing is None else 0):
-            s = seed + i
-            chosen: Strategy
-            if strategy == "pct":
-                chosen = PCTStrategy(s, depth=depth, length=max(length, 1))
-            else:
-                chosen = RandomStrategy(s)
-            log, exc = attempt(scenario, chosen, virtual_time=virtual_time, timeout=timeout, **mode)
-            result.schedules += 1
-            length = max(length, log.count)
-            if exc is not None:
-                failing, failure, found_by = log, exc, chosen.describe()
-                break
+    search = recipe.search(Options(depth=depth, bound=bound))
+    last: DecisionLog | None = None
+    first = search.first()
+    if first is not None:
+        last, exc = attempt(scenario, first, virtual_time=virtual_time, timeout=timeout, **mode)
+        result.schedules += 1
+        if exc is not None:
+            failing, failure, found_by = last, exc, "the unperturbed schedule"
+    i = 0
+    while failing is None and result.schedules < schedules:
+        chosen = search.next(seed + i, last)
+        if chosen is None:
+            result.exhausted = search.exhausted
+            break
+        i += 1
+        last, exc = attempt(scenario, chosen, virtual_time=virtual_time, timeout=timeout, **mode)
+        result.schedules += 1
+        if exc is not None:
+            failing, failure, found_by = last, exc, chosen.describe()
     if failing is not None and failure is not None:
         original = len(failing.deviations)
         if shrink_failure:
@@ -569,21 +478,15 @@ def load_scenario(spec: str) -> Scenario:
     return scenario
 
 
-def strategy_for(strategy: str, seed: int, depth: int, length: int) -> Strategy:
-    """The strategy of one seed of a random or pct exploration."""
-    if strategy == "pct":
-        return PCTStrategy(seed, depth=depth, length=max(length, 1))
-    return RandomStrategy(seed)
-
-
 @dataclass
 class SeedJob:
-    """What a worker process runs: these seeds of this scenario."""
+    """What a worker process runs: these seeds of this scenario, under a seeded
+    strategy (`Recipe.strategy`: its *options* and the *length* measured)."""
 
     scenario: str
     strategy: str
     seeds: list[int]
-    depth: int
+    options: Options
     length: int
     virtual_time: bool
     timeout: float | None
@@ -597,11 +500,12 @@ def run_seeds(job: SeedJob, out: Any) -> None:
     ``("finished",)``.
     """
     scenario = load_scenario(job.scenario)
+    recipe = STRATEGIES.get(job.strategy)
     done: list[int] = []
     for seed in job.seeds:
         _, exc = attempt(
             scenario,
-            strategy_for(job.strategy, seed, job.depth, job.length),
+            recipe.strategy(seed, job.options, job.length),
             virtual_time=job.virtual_time,
             timeout=job.timeout,
             wakeups=job.wakeups,

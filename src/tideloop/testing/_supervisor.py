@@ -29,7 +29,7 @@ from collections.abc import Callable
 from tideloop._core.interfaces import LoopView
 
 from . import _deadlock
-from ._network import SimNetwork
+from ._sim import SimNetwork
 from ._threads import ThreadWatch, runner_threads, track_producers
 
 __all__ = ["VirtualTimeWatch"]

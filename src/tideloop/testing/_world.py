@@ -1,6 +1,6 @@
 """What a simulated run makes deterministic beyond the network, and the check that it is.
 
-Layer: testing (above ``_network``). A `SimNetwork` makes the network's
+Layer: testing (above ``_sim``). A `SimNetwork` makes the network's
 answers a function of its seed; a program also draws from the process's
 own sources of chance and time. For the duration of a simulated run
 (`seeded_globals`, which ``tideloop.testing.run`` and the ``tideloop_net``
@@ -45,7 +45,7 @@ from typing import Any, Final
 
 from tideloop._loop import Loop
 
-from ._network import SimNetwork
+from ._sim import SimNetwork
 
 #: What ``time.time()`` reads at virtual time 0 in a simulated run (2026-01-01 UTC).
 EPOCH: Final = 1_767_225_600.0
@@ -74,7 +74,7 @@ def seeded_globals(
         setattr(owner, name, value)
 
     def loop_time() -> float:
-        running = loop if loop is not None else net._loop
+        running = loop if loop is not None else net.loop
         return 0.0 if running is None else running.time()
 
     try:
@@ -115,7 +115,7 @@ def sometimes(probability: float = 0.25) -> bool:
     # A site is named by file, function and line, not by path: the same
     # seed enables the same sites in another checkout.
     site = f"{os.path.basename(code.co_filename)}:{code.co_name}:{caller.f_lineno}"
-    return net._sometimes(site, probability)
+    return net.sometimes_fires(site, probability)
 
 
 def _run_once(scenario: Scenario, seed: int, network_options: dict[str, Any]) -> list[LogEntry]:

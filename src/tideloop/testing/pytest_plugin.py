@@ -74,7 +74,6 @@ import importlib.util
 import inspect
 import re
 import shlex
-import sys
 import unittest
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -84,13 +83,15 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from tideloop._entry import _policy_base
+from tideloop._versions import PY313
 
 from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
-from ._explore import STRATEGIES, Systematic, Tape, shrink_deviations
-from ._network import SimNetwork
-from ._strategy import DecisionLog, PCTStrategy, Point, RandomStrategy, ReplayStrategy, Strategy
+from ._explore import Tape, shrink_deviations
+from ._search import STRATEGIES, Options, Recipe
+from ._sim import SimNetwork
+from ._strategy import DecisionLog, Point, RandomStrategy, ReplayStrategy, Strategy
 from ._world import seeded_globals
 
 _PLUGIN_NAME = "tideloop-plugin"
@@ -136,10 +137,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--tideloop-strategy",
-        choices=STRATEGIES,
+        choices=STRATEGIES.names,
         default="random",
-        help="how --tideloop-seeds picks schedules: random (a seed each), pct, "
-        "or systematic (default: random)",
+        help=f"how --tideloop-seeds picks schedules: {STRATEGIES.described()} (default: random)",
     )
     group.addoption(
         "--tideloop-depth",
@@ -258,6 +258,11 @@ class _Settings:
     _network: SimNetwork | None = None
     _log: DecisionLog | None = None
 
+    @property
+    def made_log(self) -> DecisionLog | None:
+        """The decision log, if a loop of the run has asked for it (`decisions`)."""
+        return self._log
+
     def decisions(self) -> DecisionLog | None:
         """The run's decision log, shared by its loops (None: unperturbed)."""
         if self._log is None:
@@ -300,7 +305,7 @@ class _Plugin:
         self.seeds: int | None = opt("tideloop_seeds")
         if self.seeds is not None and self.seeds < 1:
             raise pytest.UsageError("--tideloop-seeds must be at least 1")
-        self.strategy: str = opt("tideloop_strategy")
+        self.strategy: Recipe = STRATEGIES.get(opt("tideloop_strategy"))
         self.depth: int = opt("tideloop_depth")
         self.bound: int = opt("tideloop_bound")
         self.shrink_budget: int = opt("tideloop_shrink")
@@ -503,7 +508,7 @@ class _Plugin:
         cls = getattr(item, "cls", None)
         settings = self.current
         patched = (
-            sys.version_info >= (3, 13)
+            PY313
             and settings is not None
             and settings.active
             and isinstance(cls, type)
@@ -584,35 +589,30 @@ class _SeedRunner:
         """(seed, strategy) per run; the runner sends each run's log back in."""
         plugin = self._plugin
         seeds = plugin.seeds_for(item)
-        if len(seeds) == 1 or plugin.strategy == "random":
+        if len(seeds) == 1 or plugin.strategy.by_seed:
             for seed in seeds:
                 yield seed, None
             return
         n = len(seeds)
         base = seeds[0] or 0
-        if plugin.strategy == "pct":
-            log = yield base, ReplayStrategy({})
-            length = 1 if log is None else max(log.count, 1)
-            for i in range(1, n):
-                s = base + i
-                log = yield s, PCTStrategy(s, depth=plugin.depth, length=length)
-                if log is not None:
-                    length = max(length, log.count)
-            return
-        space = Systematic(plugin.bound)
-        last: DecisionLog | None = None
-        for i in range(n):
-            strategy = space.next(last)
+        search = plugin.strategy.search(Options(depth=plugin.depth, bound=plugin.bound))
+        log: DecisionLog | None = None
+        start = 0
+        first = search.first()
+        if first is not None:
+            log = yield base, first
+            start = 1
+        for i in range(start, n):
+            strategy = search.next(base + i, log)
             if strategy is None:
                 plugin.exhausted.append(
-                    f"{item.nodeid}: every schedule with at most {plugin.bound} "
-                    f"deviation(s) passed ({i} schedules: exhausted)"
-                    if space.exhausted
+                    f"{item.nodeid}: {search.space} passed ({i} schedules: exhausted)"
+                    if search.exhausted
                     else f"{item.nodeid}: {i} schedules passed (a run met more decision "
                     "points than a log keeps: not exhausted)"
                 )
                 return
-            last = yield base + i, strategy
+            log = yield base + i, strategy
 
     def _run(
         self, item: pytest.Item, seed: int | None, strategy: Strategy | None
@@ -622,7 +622,7 @@ class _SeedRunner:
         # Each run tears down only the test's own fixtures (nextitem =
         # its parent); the parent's stay up for the next run.
         reports = runtestprotocol(item, log=False, nextitem=item.parent)  # type: ignore[arg-type]
-        return reports, settings._log
+        return reports, settings.made_log
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(
