@@ -26,6 +26,9 @@ and then serves until the harness terminates it; the harness reads
 its CPU time from ``/proc/<pid>/stat``. ``NotImplementedError`` while
 starting (a loop that lacks the feature yet) or a missing required package
 is reported as ``{"status": "unavailable", "reason": ...}``, not a crash.
+
+Each result (a server's ``ready`` line) says, for a tideloop, which core
+its import gave (``build``: ``native`` or ``pure``, `bench.loops.build`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench import loops
@@ -64,17 +68,30 @@ def percentiles_us(latencies_ns: Any) -> dict[str, float]:
 def run_primitive(
     workload: Primitive, loop_name: str, n: int, warmup: float = 0.0, min_seconds: float = 0.0
 ) -> None:
-    factory = loops.factory(loop_name)
+    try:
+        result = measure_primitive(workload, loops.factory(loop_name), n, warmup, min_seconds)
+    except NotImplementedError as exc:
+        emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip()})
+        return
+    built = loops.build(loop_name)
+    if built is not None:
+        result["build"] = built
+    emit(result)
+
+
+def measure_primitive(
+    workload: Primitive,
+    factory: Callable[[], asyncio.AbstractEventLoop],
+    n: int,
+    warmup: float,
+    min_seconds: float,
+) -> dict[str, Any]:
     with asyncio.Runner(loop_factory=factory) as runner:
         warm_runs = 0
         deadline = time.perf_counter() + warmup
-        try:
-            while warm_runs == 0 or time.perf_counter() < deadline:
-                runner.run(workload.run(max(1, n // 10)))
-                warm_runs += 1
-        except NotImplementedError as exc:
-            emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip()})
-            return
+        while warm_runs == 0 or time.perf_counter() < deadline:
+            runner.run(workload.run(max(1, n // 10)))
+            warm_runs += 1
         gc.collect()
         ops, runs = 0, 0
         latencies: list[Any] = []  # each run's, joined after the window
@@ -99,10 +116,12 @@ def run_primitive(
     }
     if latencies:
         result.update(percentiles_us([v for run in latencies for v in run]))
-    emit(result)
+    return result
 
 
-async def serve(workload: Server, address: Address, params: dict[str, int]) -> None:
+async def serve(
+    workload: Server, address: Address, params: dict[str, int], built: str | None = None
+) -> None:
     try:
         server = await workload.start(address, params)
     except NotImplementedError as exc:
@@ -112,7 +131,13 @@ async def serve(workload: Server, address: Address, params: dict[str, int]) -> N
     if not sockets:
         raise RuntimeError(f"{workload.name}: the server has no listening socket")
     bound = sockets[0].getsockname()
-    emit({"status": "ready", "address": bound if isinstance(bound, str) else list(bound[:2])})
+    ready: dict[str, Any] = {
+        "status": "ready",
+        "address": bound if isinstance(bound, str) else list(bound[:2]),
+    }
+    if built is not None:
+        ready["build"] = built
+    emit(ready)
     # Serve until the harness terminates this process.
     await asyncio.Event().wait()
 
@@ -125,7 +150,7 @@ def run_server(workload: Server, loop_name: str, spec: dict[str, Any]) -> None:
     raw = spec["address"]
     address: Address = raw if isinstance(raw, str) else (str(raw[0]), int(raw[1]))
     with asyncio.Runner(loop_factory=loops.factory(loop_name)) as runner:
-        runner.run(serve(workload, address, dict(spec["params"])))
+        runner.run(serve(workload, address, dict(spec["params"]), loops.build(loop_name)))
 
 
 def main(argv: list[str]) -> None:
