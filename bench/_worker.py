@@ -23,9 +23,15 @@ they meant with the single warm-up run this replaced.
 
 A server prints ``{"status": "ready", "address": ...}`` once it listens
 and then serves until the harness terminates it; the harness reads
-its CPU time from ``/proc/<pid>/stat``. ``NotImplementedError`` while
-starting (a loop that lacks the feature yet) or a missing required package
-is reported as ``{"status": "unavailable", "reason": ...}``, not a crash.
+its CPU time from ``/proc/<pid>/stat``. A missing required package is
+reported as ``{"status": "unavailable", "reason": ...}``, not a crash.
+
+``NotImplementedError`` from the loop (a loop without the feature: rloop
+0.5 has no Unix sockets and no TLS) is ``{"status": "cannot_run",
+"reason": ...}`` (`cannot_run`): what the workload needs (its ``needs``)
+and which function raised, e.g. ``needs Unix sockets:
+rloop.loop.RLoop.create_unix_server raises NotImplementedError``. For a
+server that is while it starts; for a primitive, at any point of its runs.
 
 Each result (a server's ``ready`` line) says, for a tideloop, which core
 its import gave (``build``: ``native`` or ``pure``, `bench.loops.build`).
@@ -44,7 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import loops
-from bench.api import Address, Primitive, Server
+from bench.api import Address, Primitive, Server, needs_text
 from bench.workloads import get
 
 
@@ -65,13 +71,36 @@ def percentiles_us(latencies_ns: Any) -> dict[str, float]:
     return {"p50_us": pick(50), "p90_us": pick(90), "p99_us": pick(99), "max_us": pick(100)}
 
 
+def cannot_run(workload: Primitive | Server, exc: NotImplementedError) -> dict[str, Any]:
+    """The result of a run the loop cannot do: what the workload needs, and what raised.
+
+    The function named is the innermost Python frame of the traceback: where
+    ``raise NotImplementedError`` is, in the loop's own code (or the Python
+    caller of a compiled function that raised it).
+    """
+    where = "the loop"
+    tb = exc.__traceback__
+    if tb is not None:
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code
+        module = tb.tb_frame.f_globals.get("__name__", "?")
+        where = f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
+    reason = f"{where} raises NotImplementedError"
+    if str(exc):
+        reason += f" ({exc})"
+    if workload.needs:
+        reason = f"needs {needs_text(workload.needs)}: {reason}"
+    return {"status": "cannot_run", "reason": reason}
+
+
 def run_primitive(
     workload: Primitive, loop_name: str, n: int, warmup: float = 0.0, min_seconds: float = 0.0
 ) -> None:
     try:
         result = measure_primitive(workload, loops.factory(loop_name), n, warmup, min_seconds)
     except NotImplementedError as exc:
-        emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip()})
+        emit(cannot_run(workload, exc))
         return
     built = loops.build(loop_name)
     if built is not None:
@@ -125,7 +154,7 @@ async def serve(
     try:
         server = await workload.start(address, params)
     except NotImplementedError as exc:
-        emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip(": ")})
+        emit(cannot_run(workload, exc))
         return
     sockets: Any = getattr(server, "sockets", None) or ()
     if not sockets:

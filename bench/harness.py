@@ -30,9 +30,12 @@ server-bound; anything else is flagged in the table.
 includes kernel work not charged to them, such as some softirq time): a run
 with a high value was disturbed.
 
-Each run returns a flat dict (see `finish`); a failure to start a loop's
-server with NotImplementedError is ``status: "unavailable"``, any other
-failure ``status: "error"`` with the reason, never an exception.
+Each run returns a flat dict (see `finish`), never an exception: a loop
+that raises NotImplementedError for what the workload needs (rloop's
+``create_unix_server``) is ``status: "cannot_run"`` with the reason the
+worker gives (`bench._worker.cannot_run`); something missing on the
+machine (wrk, a package) is ``status: "unavailable"``; any other failure
+``status: "error"`` with the reason.
 
 A worker's environment is its interpreter's, with ``TIDELOOP_PURE=1`` for
 ``tideloop-pure`` and without it for every other loop
@@ -385,6 +388,8 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
             return result
         finally:
             stop(server)
+            if server.stdout is not None:
+                server.stdout.close()
 
 
 def drive_echo(

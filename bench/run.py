@@ -11,9 +11,11 @@ pypy/asyncio, pypy/tideloop, asyncio, ...),
 each in a fresh process, so that slow drifts of the machine hit every loop
 alike. The PyPy loops run in the Debian root of ``.ci/sid`` (see
 ``bench/interpreters.py``); without ``--loops`` they are measured when they
-can run here, and left out with a note otherwise. A loop whose server
-cannot start (NotImplementedError) is reported as unavailable for that
-case and not retried. A run during which other
+can run here, and left out with a note otherwise. A loop that cannot run a
+case (NotImplementedError: rloop has no Unix sockets) is reported as
+``cannot run`` for that case, with the reason, and not tried again; one
+that something on the machine is missing for (wrk) as unavailable. A run
+during which other
 programs used more than a quarter of a core is measured again (``--retries``,
 2 by default in full mode); the disturbed attempts are kept in the JSON.
 
@@ -37,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: python bench/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness, interpreters, loops, machine, report
-from bench.api import case_label
+from bench.api import case_label, needs_text
 from bench.workloads import Workload, all_workloads
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -85,9 +87,13 @@ class Progress:
         self.stream.flush()
 
 
+#: Statuses after which a loop is not tried again in the same case.
+GIVE_UP = ("unavailable", "cannot_run")
+
+
 def outcome(result: dict[str, Any], unit: str) -> str:
     if result["status"] != "ok":
-        return f"{result['status']} ({str(result.get('reason', ''))[:70]})"
+        return f"{report.status_text(result['status'])} ({str(result.get('reason', ''))[:100]})"
     text = f"{result['ops_per_s']:,.0f} {unit}/s, CPU {result['cpu_pct']:.0f}%"
     if result.get("client_cpu_pct") is not None:
         text += f", client {result['client_cpu_pct']:.0f}%"
@@ -167,6 +173,11 @@ def select(
     return chosen
 
 
+def runs_status(runs: list[dict[str, Any]], loop: str) -> str:
+    """The status of *loop*'s last run among *runs*."""
+    return next(r["status"] for r in reversed(runs) if r["loop"] == loop)
+
+
 def choose_loops(requested: list[str], stream: TextIO | None = None) -> list[str]:
     """The loops to run, in the canonical order (asyncio first: the baseline).
 
@@ -220,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = select(workloads, patterns, quick)
     if args.list:
         for w, _params, case_id in cases:
-            print(f"{case_id:<36} {w.kind:<10} {w.title}")
+            needs = f"  (needs {needs_text(w.needs)})" if w.needs else ""
+            print(f"{case_id:<36} {w.kind:<10} {w.title}{needs}")
         print()
         print(list_loops())
         return 0
@@ -297,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             for loop in run_loops[shift:] + run_loops[:shift]:
                 what = f"{case_id} · {loop} #{rep + 1}"
                 if loop in gave_up:
-                    progress.end(what, "skipped (unavailable)")
+                    progress.end(what, f"skipped ({report.status_text(runs_status(runs, loop))})")
                     continue
                 progress.begin(what)
                 for attempt in range(retries + 1):
@@ -313,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                         machine.wait_quiet(report.DISTURBED_PCT, timeout=10.0)
                 runs.append(result)
                 progress.end(what, outcome(result, workload.unit))
-                if result["status"] == "unavailable":
+                if result["status"] in GIVE_UP:
                     gave_up.add(loop)
         results.append(
             {
