@@ -23,9 +23,18 @@ they meant with the single warm-up run this replaced.
 
 A server prints ``{"status": "ready", "address": ...}`` once it listens
 and then serves until the harness terminates it; the harness reads
-its CPU time from ``/proc/<pid>/stat``. ``NotImplementedError`` while
-starting (a loop that lacks the feature yet) or a missing required package
-is reported as ``{"status": "unavailable", "reason": ...}``, not a crash.
+its CPU time from ``/proc/<pid>/stat``. A missing required package is
+reported as ``{"status": "unavailable", "reason": ...}``, not a crash.
+
+``NotImplementedError`` from the loop (a loop without the feature: rloop
+0.5 has no Unix sockets and no TLS) is ``{"status": "cannot_run",
+"reason": ...}`` (`cannot_run`): what the workload needs (its ``needs``)
+and which function raised, e.g. ``needs Unix sockets:
+rloop.loop.RLoop.create_unix_server raises NotImplementedError``. For a
+server that is while it starts; for a primitive, at any point of its runs.
+
+Each result (a server's ``ready`` line) says, for a tideloop, which core
+its import gave (``build``: ``native`` or ``pure``, `bench.loops.build`).
 """
 
 from __future__ import annotations
@@ -37,10 +46,11 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench import loops
-from bench.api import Address, Primitive, Server
+from bench.api import Address, Primitive, Server, needs_text
 from bench.workloads import get
 
 
@@ -61,20 +71,56 @@ def percentiles_us(latencies_ns: Any) -> dict[str, float]:
     return {"p50_us": pick(50), "p90_us": pick(90), "p99_us": pick(99), "max_us": pick(100)}
 
 
+def cannot_run(workload: Primitive | Server, exc: NotImplementedError) -> dict[str, Any]:
+    """The result of a run the loop cannot do: what the workload needs, and what raised.
+
+    The function named is the innermost Python frame of the traceback: where
+    ``raise NotImplementedError`` is, in the loop's own code (or the Python
+    caller of a compiled function that raised it).
+    """
+    where = "the loop"
+    tb = exc.__traceback__
+    if tb is not None:
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code
+        module = tb.tb_frame.f_globals.get("__name__", "?")
+        where = f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
+    reason = f"{where} raises NotImplementedError"
+    if str(exc):
+        reason += f" ({exc})"
+    if workload.needs:
+        reason = f"needs {needs_text(workload.needs)}: {reason}"
+    return {"status": "cannot_run", "reason": reason}
+
+
 def run_primitive(
     workload: Primitive, loop_name: str, n: int, warmup: float = 0.0, min_seconds: float = 0.0
 ) -> None:
-    factory = loops.factory(loop_name)
+    try:
+        result = measure_primitive(workload, loops.factory(loop_name), n, warmup, min_seconds)
+    except NotImplementedError as exc:
+        emit(cannot_run(workload, exc))
+        return
+    built = loops.build(loop_name)
+    if built is not None:
+        result["build"] = built
+    emit(result)
+
+
+def measure_primitive(
+    workload: Primitive,
+    factory: Callable[[], asyncio.AbstractEventLoop],
+    n: int,
+    warmup: float,
+    min_seconds: float,
+) -> dict[str, Any]:
     with asyncio.Runner(loop_factory=factory) as runner:
         warm_runs = 0
         deadline = time.perf_counter() + warmup
-        try:
-            while warm_runs == 0 or time.perf_counter() < deadline:
-                runner.run(workload.run(max(1, n // 10)))
-                warm_runs += 1
-        except NotImplementedError as exc:
-            emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip()})
-            return
+        while warm_runs == 0 or time.perf_counter() < deadline:
+            runner.run(workload.run(max(1, n // 10)))
+            warm_runs += 1
         gc.collect()
         ops, runs = 0, 0
         latencies: list[Any] = []  # each run's, joined after the window
@@ -99,20 +145,28 @@ def run_primitive(
     }
     if latencies:
         result.update(percentiles_us([v for run in latencies for v in run]))
-    emit(result)
+    return result
 
 
-async def serve(workload: Server, address: Address, params: dict[str, int]) -> None:
+async def serve(
+    workload: Server, address: Address, params: dict[str, int], built: str | None = None
+) -> None:
     try:
         server = await workload.start(address, params)
     except NotImplementedError as exc:
-        emit({"status": "unavailable", "reason": f"NotImplementedError: {exc}".strip(": ")})
+        emit(cannot_run(workload, exc))
         return
     sockets: Any = getattr(server, "sockets", None) or ()
     if not sockets:
         raise RuntimeError(f"{workload.name}: the server has no listening socket")
     bound = sockets[0].getsockname()
-    emit({"status": "ready", "address": bound if isinstance(bound, str) else list(bound[:2])})
+    ready: dict[str, Any] = {
+        "status": "ready",
+        "address": bound if isinstance(bound, str) else list(bound[:2]),
+    }
+    if built is not None:
+        ready["build"] = built
+    emit(ready)
     # Serve until the harness terminates this process.
     await asyncio.Event().wait()
 
@@ -125,7 +179,7 @@ def run_server(workload: Server, loop_name: str, spec: dict[str, Any]) -> None:
     raw = spec["address"]
     address: Address = raw if isinstance(raw, str) else (str(raw[0]), int(raw[1]))
     with asyncio.Runner(loop_factory=loops.factory(loop_name)) as runner:
-        runner.run(serve(workload, address, dict(spec["params"])))
+        runner.run(serve(workload, address, dict(spec["params"]), loops.build(loop_name)))
 
 
 def main(argv: list[str]) -> None:

@@ -19,6 +19,13 @@ it by name, runs it under every loop, and reports it.
 
 Workload modules import only asyncio, the stdlib, this module and the
 packages they name in ``requires``: they must run unchanged on every loop.
+
+A workload names in ``needs`` the loop features beyond TCP and the
+scheduling primitives that it uses (`NEEDS`: Unix sockets, TLS, UDP,
+subprocesses). Not every loop has them all (rloop 0.5 has neither Unix
+sockets nor TLS): a loop that raises ``NotImplementedError`` for one is
+reported as ``cannot run`` for that case, with what the workload needs and
+which of the loop's functions raised.
 """
 
 from __future__ import annotations
@@ -28,12 +35,40 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Address", "Params", "Primitive", "Sample", "Server", "case_label"]
+__all__ = [
+    "NEEDS",
+    "Address",
+    "Params",
+    "Primitive",
+    "Sample",
+    "Server",
+    "case_label",
+    "needs_text",
+]
 
 #: Parameters of one case of a server workload, e.g. ``{"size": 1024, "conns": 10}``.
 Params = Mapping[str, int]
 #: Where a server listens: ``(host, port)`` for TCP, a filesystem path for Unix sockets.
 Address = tuple[str, int] | str
+#: The loop features a workload may need (its ``needs``), and how a reason names them.
+NEEDS: dict[str, str] = {
+    "unix": "Unix sockets",
+    "tls": "TLS",
+    "udp": "UDP",
+    "subprocess": "subprocesses",
+}
+
+
+def _check_needs(name: str, needs: Sequence[str]) -> None:
+    unknown = [n for n in needs if n not in NEEDS]
+    if unknown:
+        raise ValueError(f"{name}: unknown needs {unknown} (known: {', '.join(NEEDS)})")
+
+
+def needs_text(needs: Sequence[str]) -> str:
+    """``Unix sockets``, ``TLS and UDP``: the features *needs* names, for a reason."""
+    names = [NEEDS[n] for n in needs]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +92,11 @@ class Primitive:
     #: Sizes for a primitive whose cost depends on n itself (pending timers): the
     #: full run has one case per size, labelled ``<unit>=<n>``; quick runs quick_n.
     scale: Sequence[int] = ()
+    needs: Sequence[str] = ()  # loop features beyond the primitives (NEEDS), e.g. "udp"
     kind: Literal["primitive"] = field(default="primitive", init=False)
+
+    def __post_init__(self) -> None:
+        _check_needs(self.name, self.needs)
 
     def cases(self, quick: bool) -> list[dict[str, int]]:
         if self.scale and not quick:
@@ -77,7 +116,15 @@ class Server:
     full: Sequence[Params]
     quick: Sequence[Params]
     requires: Sequence[str] = ()  # importable modules the server needs, e.g. "aiohttp"
+    needs: Sequence[str] = ()  # loop features beyond TCP (NEEDS), e.g. "unix", "tls"
     kind: Literal["server"] = field(default="server", init=False)
+
+    def __post_init__(self) -> None:
+        _check_needs(self.name, self.needs)
+        implied = {"unix": self.family == "unix", "tls": self.client in ("tls_echo", "https")}
+        missing = [need for need, used in implied.items() if used and need not in self.needs]
+        if missing:
+            raise ValueError(f"{self.name}: its family or client needs {missing}: say so in needs")
 
     @property
     def unit(self) -> str:

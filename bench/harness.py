@@ -30,9 +30,16 @@ server-bound; anything else is flagged in the table.
 includes kernel work not charged to them, such as some softirq time): a run
 with a high value was disturbed.
 
-Each run returns a flat dict (see `finish`); a failure to start a loop's
-server with NotImplementedError is ``status: "unavailable"``, any other
-failure ``status: "error"`` with the reason, never an exception.
+Each run returns a flat dict (see `finish`), never an exception: a loop
+that raises NotImplementedError for what the workload needs (rloop's
+``create_unix_server``) is ``status: "cannot_run"`` with the reason the
+worker gives (`bench._worker.cannot_run`); something missing on the
+machine (wrk, a package) is ``status: "unavailable"``; any other failure
+``status: "error"`` with the reason.
+
+A worker's environment is its interpreter's, with ``TIDELOOP_PURE=1`` for
+``tideloop-pure`` and without it for every other loop
+(`bench.loops.worker_env`).
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import interpreters
+from bench import interpreters, loops
 from bench.api import Primitive, Server
 from bench.clients import build
 from bench.interpreters import Interpreter
@@ -284,7 +291,13 @@ def run_primitive(
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy0, t0 = machine_busy(), time.monotonic()
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=interp.env(), cwd=ROOT, timeout=600, check=False
+        cmd,
+        capture_output=True,
+        text=True,
+        env=loops.worker_env(loop, interp),
+        cwd=ROOT,
+        timeout=600,
+        check=False,
     )
     busy1, t1 = machine_busy(), time.monotonic()
     usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -296,7 +309,7 @@ def run_primitive(
     out = json.loads(lines[-1])
     if out["status"] != "ok":
         return dict(out)
-    keep = ("p50_us", "p90_us", "p99_us", "max_us", "warmup_runs", "runs")
+    keep = ("p50_us", "p90_us", "p99_us", "max_us", "warmup_runs", "runs", "build")
     extra = {k: out[k] for k in keep if k in out}
     # Over the worker's whole life (start-up included): a busy machine shows here.
     extra["other_cpu_pct"] = other_load(busy1 - busy0, own, t1 - t0)
@@ -338,7 +351,11 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
         _, cmd = worker_command(loop, spec, cfg)
         with open(errlog, "wb") as err:
             server = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=err, env=interp.env(), cwd=ROOT
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=loops.worker_env(loop, interp),
+                cwd=ROOT,
             )
         try:
             line = LineReader(server).readline(time.monotonic() + 60)
@@ -363,12 +380,16 @@ def run_server(workload: Server, params: dict[str, int], loop: str, cfg: Config)
                 result.update(memory(rss_idle, result.pop("rss_busy"), params["conns"]))
             if result.get("status") == "ok":
                 result["warmup_s"] = cfg.warmup
+                if "build" in status:
+                    result["build"] = status["build"]
             if server.poll() is not None:
                 why = tail(errlog) or f"exit {server.returncode}"
                 return {"status": "error", "reason": f"server died: {why}"}
             return result
         finally:
             stop(server)
+            if server.stdout is not None:
+                server.stdout.close()
 
 
 def drive_echo(

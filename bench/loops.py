@@ -1,8 +1,12 @@
 """The loops under comparison, by name: how to build one and what version it is.
 
 ``asyncio`` is the stdlib's default loop on this platform (on Linux the
-selector loop on epoll), ``uvloop`` is uvloop (optional: the ``bench`` extra),
-and ``tideloop`` is this project.
+selector loop on epoll), ``uvloop`` is uvloop and ``rloop`` is rloop (a loop
+written in Rust; both optional: the ``bench`` extra), and ``tideloop`` is
+this project: whatever build ``import tideloop`` gives (its native core
+where one is built). ``tideloop-pure`` is the same package with its
+pure-Python core: its worker starts with ``TIDELOOP_PURE=1`` in its
+environment (`worker_env`), the variable tideloop's import reads.
 
 ``tideloop@REF`` is tideloop as it was at git revision REF (``python -m bench
 --baseline REF``): its source tree is exported to ``bench/.build/`` and the
@@ -34,17 +38,22 @@ from bench import interpreters
 __all__ = [
     "HOST_LOOPS",
     "LOOPS",
+    "PURE",
+    "PURE_ENV",
     "baseline_name",
+    "build",
     "byte_compile",
     "default",
     "export_baseline",
     "factory",
+    "is_tideloop",
     "unavailable_reason",
     "version",
+    "worker_env",
 ]
 
 #: The loops on the host's Python, in the suite's canonical order (asyncio first: the baseline).
-HOST_LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "tideloop")
+HOST_LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "rloop", "tideloop", "tideloop-pure")
 #: Every loop the suite knows: the host's, then each other interpreter's (``pypy/tideloop``).
 LOOPS: tuple[str, ...] = HOST_LOOPS + tuple(
     f"{prefix}/{loop}" for prefix, interp in interpreters.OTHERS.items() for loop in interp.loops
@@ -53,7 +62,49 @@ LOOPS: tuple[str, ...] = HOST_LOOPS + tuple(
 #: Where ``tideloop@REF`` is imported from, set by `export_baseline` and
 #: inherited by the worker processes.
 BASELINE_ENV = "TIDELOOP_BENCH_BASELINE"
+#: tideloop's contract: set to ``1`` before tideloop is imported, it runs its pure-Python core.
+PURE_ENV = "TIDELOOP_PURE"
+#: The loop that runs tideloop's pure-Python core (its worker has PURE_ENV set).
+PURE = "tideloop-pure"
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+def is_tideloop(name: str) -> bool:
+    """Whether plain loop *name* is a copy of tideloop (either build, or a baseline)."""
+    return name in ("tideloop", PURE) or name.startswith("tideloop@")
+
+
+def worker_env(name: str, interp: interpreters.Interpreter) -> dict[str, str] | None:
+    """The environment a worker of loop *name* starts with, on *interp*: ``TIDELOOP_PURE`` or not.
+
+    *interp*'s (`Host.env`), where ``tideloop-pure``'s worker has
+    ``TIDELOOP_PURE=1``, set before anything in that process imports
+    tideloop, and every other worker has no ``TIDELOOP_PURE``, so that
+    ``tideloop`` (and ``tideloop@REF``) is the build ``import tideloop``
+    gives, whatever the caller's shell has set. None for an interpreter that
+    makes a clean environment of its own (PyPy's ``env -i``).
+    """
+    env = interp.env()
+    if env is None:
+        return None
+    if interpreters.split(name)[1] == PURE:
+        env[PURE_ENV] = "1"
+    else:
+        env.pop(PURE_ENV, None)
+    return env
+
+
+def build(name: str) -> str | None:
+    """Which core tideloop's import gave a worker of plain loop *name*: native or pure.
+
+    Asked after `factory` (of the tideloop the worker imported); None for a
+    loop that is not tideloop. ``tideloop.NATIVE`` says it; a tideloop
+    without that attribute has no native core, so it is pure.
+    """
+    module = sys.modules.get("tideloop")
+    if not is_tideloop(name) or module is None:
+        return None
+    return "native" if getattr(module, "NATIVE", False) else "pure"
 
 
 def baseline_name(ref: str) -> str:
@@ -110,7 +161,7 @@ def byte_compile(name: str) -> None:
         if inner.startswith("tideloop"):
             interpreters.OTHERS[prefix].byte_compile(inner)
         return
-    if name == "tideloop":
+    if name in ("tideloop", PURE):
         spec = importlib.util.find_spec("tideloop")
         if spec is None or not spec.submodule_search_locations:
             return
@@ -130,16 +181,39 @@ def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         import uvloop
 
         return uvloop.new_event_loop
+    if name == "rloop":
+        import rloop
+
+        return rloop.new_event_loop
     if name == "tideloop":
         import tideloop
 
         return tideloop.new_event_loop
+    if name == PURE:
+        return _pure()
     if name.startswith("tideloop@"):
         return _import_from(os.environ[BASELINE_ENV])
     if interpreters.split(name)[0]:
         # The harness runs the worker on that interpreter, with the plain name.
         raise ValueError(f"{name!r} names its interpreter: factory() takes the loop's plain name")
     raise ValueError(f"unknown loop {name!r} (known: {', '.join(HOST_LOOPS)})")
+
+
+def _pure() -> Callable[[], asyncio.AbstractEventLoop]:
+    """tideloop's factory, checked to be its pure core (`worker_env` set ``TIDELOOP_PURE``)."""
+    if os.environ.get(PURE_ENV) != "1":
+        raise RuntimeError(
+            f"{PURE} needs {PURE_ENV}=1 in its environment from the start of its process"
+            " (bench.loops.worker_env)"
+        )
+    import tideloop
+
+    if getattr(tideloop, "NATIVE", False):
+        raise RuntimeError(
+            f"{PURE}: tideloop runs its native core although {PURE_ENV}=1"
+            " (was it imported before the variable was set?)"
+        )
+    return tideloop.new_event_loop
 
 
 def default(name: str) -> bool:
@@ -161,6 +235,8 @@ def unavailable_reason(name: str) -> str | None:
         return None
     if name.startswith("tideloop@"):
         return None if os.environ.get(BASELINE_ENV) else "no baseline exported"
+    if name == PURE:
+        name = "tideloop"
     if importlib.util.find_spec(name) is None:
         return f"{name} is not installed (pip install -e '.[bench]')"
     return None
@@ -188,6 +264,8 @@ def version(name: str) -> str:
         return python_version()
     if name.startswith("tideloop@"):
         return name.partition("@")[2]
+    if name == PURE:
+        name = "tideloop"
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

@@ -124,7 +124,8 @@ def describe() -> dict[str, Any]:
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "packages": {
-            name: _version(name) for name in ("tideloop", "uvloop", "aiohttp", "matplotlib")
+            name: _version(name)
+            for name in ("tideloop", "uvloop", "rloop", "aiohttp", "matplotlib")
         },
         "tools": {
             "wrk": _run(["wrk", "-v"]),

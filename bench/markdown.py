@@ -20,6 +20,15 @@ their columns too: throughput, PyPy's tideloop against uvloop on CPython and
 against PyPy's own stdlib loop; the summary gives those ratios' ranges and
 PyPy's tideloop against CPython's. A run without them prints what it printed
 before they existed.
+
+So does a run that measured rloop or ``tideloop-pure`` (tideloop's
+pure-Python core; ``tideloop`` is then the build ``import tideloop`` gave,
+native where built): rloop's column sits after uvloop's, with tideloop
+against rloop, and the pure core's after tideloop's, with the pure core
+against uvloop and tideloop against the pure core; the summary gives their
+ranges, the rows where tideloop meets rloop, and the rows a loop cannot run
+(``cannot run`` in its cells, the reason in the summary). Runs made before
+these loops existed have none of it.
 """
 
 from __future__ import annotations
@@ -38,13 +47,18 @@ TIMES = "\u00d7"
 DASH = "\u2013"
 
 LOOPS = ("asyncio", "uvloop", "tideloop")
+#: rloop (Rust), and tideloop's pure-Python core beside the build `import tideloop` gives.
+RLOOP = "rloop"
+PURE = "tideloop-pure"
 #: The retired compiled build, in runs made before it was retired.
 COMPILED = "tideloop-compiled"
 #: The stdlib loop and tideloop on PyPy (bench/interpreters.py).
 PYPY_STDLIB = "pypy/asyncio"
 PYPY = "pypy/tideloop"
 #: Every loop a run may have measured, in column order.
-ALL_LOOPS = (*LOOPS, COMPILED, PYPY_STDLIB, PYPY)
+ALL_LOOPS = ("asyncio", "uvloop", RLOOP, "tideloop", PURE, COMPILED, PYPY_STDLIB, PYPY)
+#: A cell of a loop that cannot run the case (the loop lacks what the workload needs).
+CANNOT_RUN = "cannot run"
 
 #: Row titles by workload; "{size}" and "{conns}" come from the case's params.
 TITLES: dict[str, str] = {
@@ -121,12 +135,24 @@ def has_pypy(cases: Sequence[dict[str, Any]]) -> bool:
     return measured(cases, PYPY_STDLIB, PYPY)
 
 
+def cannot_run(case: dict[str, Any], loop: str) -> str | None:
+    """Why *loop* cannot run *case* (a ``cannot_run`` status), or None."""
+    entry = stats(case)[loop]
+    return str(entry.get("reason", "")) if entry["status"] == "cannot_run" else None
+
+
 def columns(
     cases: Sequence[dict[str, Any]],
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
     """The table's throughput columns (header, loop) and ratio columns (header, loop, base)."""
     ops = [("stdlib", "asyncio"), ("uvloop", "uvloop"), ("tideloop", "tideloop")]
     ratios = [("tideloop vs stdlib", "tideloop", "asyncio"), ("vs uvloop", "tideloop", "uvloop")]
+    if measured(cases, RLOOP):
+        ops.insert(2, ("rloop", RLOOP))
+        ratios.append(("vs rloop", "tideloop", RLOOP))
+    if measured(cases, PURE):
+        ops.insert(ops.index(("tideloop", "tideloop")) + 1, ("tideloop-pure", PURE))
+        ratios += [("pure vs uvloop", PURE, "uvloop"), ("tideloop vs pure", "tideloop", PURE)]
     if has_compiled(cases):
         ops.append(("compiled", COMPILED))
         ratios.append(("compiled vs uvloop", COMPILED, "uvloop"))
@@ -193,8 +219,13 @@ def header(doc: dict[str, Any]) -> str:
     m = doc["machine"]
     versions = doc["config"].get("loop_versions", {})
     uv = versions.get("uvloop", {}).get("version", "?")
+    rloop = versions.get(RLOOP, {}).get("version")
     pypy = versions.get(PYPY_STDLIB, {}).get("version")
-    interpreters = f"CPython {m['python']}, uvloop {uv}, " + (f"{pypy}, " if pypy else "")
+    interpreters = (
+        f"CPython {m['python']}, uvloop {uv}, "
+        + (f"rloop {rloop}, " if rloop else "")
+        + (f"{pypy}, " if pypy else "")
+    )
     return (
         f"Run {doc['created'][:16].replace('T', ' ')}{DASH}{doc['finished'][11:16]} UTC, "
         f"{m['cpu_model']} ({m['cpus']} CPUs), Linux {m['kernel'].split('-')[0]}, "
@@ -216,7 +247,7 @@ def table(cases: Sequence[dict[str, Any]]) -> str:
         mem = [median_of(case, loop, "rss_per_conn_kib") for loop in loops]
         if case["workload"] == "tcp_echo_scale" and all(v is not None for v in mem):
             cpu += " · mem/conn KiB " + " / ".join(f"{v:.1f}" for v in mem if v is not None)
-        cells = [_num(ops[loop]) for loop in loops]
+        cells = [CANNOT_RUN if cannot_run(case, loop) else _num(ops[loop]) for loop in loops]
         cells += [_x(_ratio(ops[loop], ops[base])) for _, loop, base in ratio_columns]
         lines.append(f"| {title(case)} | " + " | ".join(cells) + f" | {cpu} |")
     return "\n".join(lines)
@@ -247,15 +278,28 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
     out.append(f"I/O rows ({len(io)}):")
     out.append(f"  tideloop vs uvloop   {_range(ratios('io', 'tideloop', 'uvloop'))}")
     out.append(f"  tideloop vs stdlib   {_range(ratios('io', 'tideloop', 'asyncio'))}")
+    # rloop and the pure core, when the run measured them (after the lines older runs had).
+    extra = []
+    if measured(cases, RLOOP):
+        extra.append(("tideloop vs rloop   ", "tideloop", RLOOP))
+    if measured(cases, PURE):
+        extra += [
+            ("pure vs uvloop      ", PURE, "uvloop"),
+            ("tideloop vs pure    ", "tideloop", PURE),
+        ]
     if compiled:
         out.append(f"  compiled vs uvloop   {_range(ratios('io', COMPILED, 'uvloop'))}")
         out.append(f"  compiled vs tideloop {_range(ratios('io', COMPILED, 'tideloop'))}")
+    out.extend(f"  {label} {_range(ratios('io', loop, base))}" for label, loop, base in extra)
     out.append(f"Primitive rows ({len(prim)}):")
     out.append(f"  tideloop vs stdlib   {_range(ratios('primitive', 'tideloop', 'asyncio'))}")
     out.append(f"  tideloop vs uvloop   {_range(ratios('primitive', 'tideloop', 'uvloop'))}")
     if compiled:
         out.append(f"  compiled vs uvloop   {_range(ratios('primitive', COMPILED, 'uvloop'))}")
         out.append(f"  compiled vs tideloop {_range(ratios('primitive', COMPILED, 'tideloop'))}")
+    out.extend(
+        f"  {label} {_range(ratios('primitive', loop, base))}" for label, loop, base in extra
+    )
     if has_pypy(cases):
         for group, name, count in (("io", "I/O", len(io)), ("primitive", "primitive", len(prim))):
             out.append(f"PyPy, {name} rows ({count}):")
@@ -282,6 +326,21 @@ def summary(cases: Sequence[dict[str, Any]]) -> str:
         out.append(f"  I/O, compiled >= 1.05x uvloop:       {meets(io, COMPILED, 'uvloop', 1.05)}")
         out.append(f"  primitives, compiled >= 0.8x uvloop: {meets(prim, COMPILED, 'uvloop', 0.8)}")
     loops = [loop for _, loop in columns(cases)[0]]
+    if measured(cases, RLOOP):
+        runs = [c for c in cases if stats(c)[RLOOP]["status"] == "ok"]
+        out.append(
+            f"  rows rloop runs, tideloop >= 1.0x rloop: {meets(runs, 'tideloop', RLOOP, 1.0)}"
+        )
+    cannot = [(loop, c, why) for loop in loops for c in cases if (why := cannot_run(c, loop))]
+    if cannot:
+        out.append("Cannot run:")
+        for loop in dict.fromkeys(loop for loop, _, _ in cannot):
+            by_reason: dict[str, list[str]] = {}
+            for name, case, why in cannot:
+                if name == loop:
+                    by_reason.setdefault(why, []).append(case["id"])
+            for why, ids in by_reason.items():
+                out.append(f"  {loop}: {', '.join(ids)} ({why})")
     spreads = [s for c in cases for loop in loops if (s := spread(c, loop)) is not None]
     if spreads:
         out.append(

@@ -187,7 +187,7 @@ def iteration_cost(requested: list[str], fds: int, rounds: int, n: int) -> None:
                 [*pin, *interp.command(args)],
                 check=True,
                 capture_output=True,
-                env=interp.env(),
+                env=loops.worker_env(name, interp),
                 cwd=interpreters.REPO,
             )
             results[name].append(float(out.stdout))

@@ -3,7 +3,12 @@
 A case's summary per loop is the median over its repeats of each metric
 (ops/s, latency percentiles, CPU per op, CPU %), plus min/max of ops/s;
 ratios divide medians: ``vs_asyncio`` = loop ops/s / stdlib ops/s, and
-``vs_uvloop`` likewise (above 1 is faster).
+``vs_uvloop`` and ``vs_rloop`` likewise (above 1 is faster).
+
+A loop with no successful run of a case has its first run's status and
+reason instead: ``cannot_run`` (the loop lacks what the workload needs:
+shown as ``cannot run: <reason>``), ``unavailable`` (something the machine
+lacks), ``error``, or ``skipped``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DISTURBED_PCT", "SATURATED_PCT", "charts", "summarise", "table", "write_json"]
+__all__ = [
+    "DISTURBED_PCT",
+    "SATURATED_PCT",
+    "charts",
+    "status_text",
+    "summarise",
+    "table",
+    "write_json",
+]
 
 #: A server below this CPU % was not saturated: the number may be limited elsewhere.
 SATURATED_PCT = 90.0
@@ -31,6 +44,15 @@ METRICS = (
     "other_cpu_pct",
     "rss_per_conn_kib",
 )
+
+
+#: The ratio columns: ops/s over these loops' (rloop's when the run measured it), their widths.
+BASES = {"asyncio": 12, "uvloop": 11, "rloop": 10}
+
+
+def status_text(status: str) -> str:
+    """How a run's status reads in a table: ``cannot_run`` is ``cannot run``."""
+    return status.replace("_", " ")
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -56,7 +78,7 @@ def summarise(runs: list[dict[str, Any]], loops: Sequence[str]) -> dict[str, dic
         if len(ok) < len(mine):
             entry["failed_repeats"] = len(mine) - len(ok)
         summary[loop] = entry
-    for base in ("asyncio", "uvloop"):
+    for base in BASES:
         ref = summary.get(base, {}).get("ops_per_s")
         for entry in summary.values():
             if entry["status"] == "ok" and ref:
@@ -97,12 +119,17 @@ def _ratio(v: float | None) -> str:
 
 
 def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
-    """The human-readable results table (one block per case, one row per loop)."""
+    """The human-readable results table (one block per case, one row per loop).
+
+    ``vs rloop`` is a column when rloop is among *loops*.
+    """
     w = max(10, *(len(loop) + 1 for loop in loops))  # "pypy/tideloop" is wider than "asyncio"
+    bases = [b for b in BASES if b != "rloop" or b in loops]
     head = (
         f"{'':2}{'loop':<{w}}{'ops/s':>12}{'p50':>9}{'p99':>9}"
         f"{'usr us/op':>11}{'sys us/op':>11}{'srv CPU':>9}{'cli CPU':>9}{'other':>7}"
-        f"{'vs asyncio':>12}{'vs uvloop':>11}{'mem/conn':>10}"
+        + "".join(f"{'vs ' + b:>{BASES[b]}}" for b in bases)
+        + f"{'mem/conn':>10}"
     )
     lines = [head, "-" * len(head)]
     flagged = disturbed = False
@@ -114,7 +141,7 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
                 continue
             if s["status"] != "ok":
                 reason = str(s.get("reason", "")).replace("\n", " ")
-                lines.append(f"{'':2}{loop:<{w}}{s['status']}: {reason[:90]}")
+                lines.append(f"{'':2}{loop:<{w}}{status_text(s['status'])}: {reason[:100]}")
                 continue
             srv = _pct(s["cpu_pct"])
             if case["kind"] == "server" and (s["cpu_pct"] or 0) < SATURATED_PCT:
@@ -129,8 +156,8 @@ def table(cases: list[dict[str, Any]], loops: Sequence[str]) -> str:
                 f"{_lat(s['p99_us']):>9}{_us(s['cpu_user_us_per_op']):>11}"
                 f"{_us(s['cpu_sys_us_per_op']):>11}{srv:>9}{_pct(s['client_cpu_pct']):>9}"
                 f"{other:>7}"
-                f"{_ratio(s.get('vs_asyncio')):>12}{_ratio(s.get('vs_uvloop')):>11}"
-                f"{_kib(s.get('rss_per_conn_kib')):>10}"
+                + "".join(f"{_ratio(s.get('vs_' + b)):>{BASES[b]}}" for b in bases)
+                + f"{_kib(s.get('rss_per_conn_kib')):>10}"
             )
     lines.append("")
     lines.append(
@@ -171,13 +198,16 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
 COLOURS = {
     "asyncio": "#4c72b0",
     "uvloop": "#dd8452",
+    "rloop": "#c44e52",
     "tideloop": "#55a868",
+    # tideloop's pure-Python core: its hue, lighter.
+    "tideloop-pure": "#8fd19e",
     # The same loops on PyPy: the same hues, darker.
     "pypy/asyncio": "#2a4a7f",
     "pypy/tideloop": "#2f6b3c",
 }
 #: For loops without a colour of their own (tideloop@REF): distinct from the above.
-SPARE_COLOURS = ("#8172b3", "#c44e52", "#937860", "#da8bc3", "#8c8c8c")
+SPARE_COLOURS = ("#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#64b5cd")
 
 
 def loop_colour(loop: str, loops: Sequence[str]) -> str:
@@ -236,7 +266,7 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
                 s = case["summary"].get(loop, {})
                 x = j + (i - (len(loops) - 1) / 2) * width
                 if s.get("status") != "ok":
-                    missing.append(x)
+                    missing.append((x, "cannot run" if s.get("status") == "cannot_run" else "n/a"))
                     continue
                 xs.append(x)
                 ys.append(s["ops_per_s"])
@@ -252,8 +282,8 @@ def charts(doc: dict[str, Any], out_dir: Path) -> list[Path]:
                     ax1.text(x, y, f"{ratio:.2f}x", ha="center", va="bottom", fontsize=7)
             ax2.bar(xs, user, width, color=colour)
             ax2.bar(xs, system, width, bottom=user, color=colour, alpha=0.45, hatch="//")
-            for x in missing:
-                ax1.text(x, 0, f"{loop}: n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+            for x, why in missing:
+                ax1.text(x, 0, f"{loop}: {why}", ha="center", va="bottom", fontsize=7, rotation=90)
         unit = cases[0]["unit"]
         ax1.set_ylabel(f"{unit}/s (higher is better)")
         ax1.set_title(cases[0]["title"])

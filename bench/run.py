@@ -6,14 +6,16 @@
     python bench/run.py --quick                # same thing, as a script
 
 For each case (a workload with one set of parameters), every repeat runs
-each loop once, in turn (asyncio, uvloop, tideloop, pypy/asyncio,
-pypy/tideloop, asyncio, ...),
+each loop once, in turn (asyncio, uvloop, rloop, tideloop, tideloop-pure,
+pypy/asyncio, pypy/tideloop, asyncio, ...),
 each in a fresh process, so that slow drifts of the machine hit every loop
 alike. The PyPy loops run in the Debian root of ``.ci/sid`` (see
 ``bench/interpreters.py``); without ``--loops`` they are measured when they
-can run here, and left out with a note otherwise. A loop whose server
-cannot start (NotImplementedError) is reported as unavailable for that
-case and not retried. A run during which other
+can run here, and left out with a note otherwise. A loop that cannot run a
+case (NotImplementedError: rloop has no Unix sockets) is reported as
+``cannot run`` for that case, with the reason, and not tried again; one
+that something on the machine is missing for (wrk) as unavailable. A run
+during which other
 programs used more than a quarter of a core is measured again (``--retries``,
 2 by default in full mode); the disturbed attempts are kept in the JSON.
 
@@ -37,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: python bench/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import harness, interpreters, loops, machine, report
-from bench.api import case_label
+from bench.api import case_label, needs_text
 from bench.workloads import Workload, all_workloads
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -85,9 +87,13 @@ class Progress:
         self.stream.flush()
 
 
+#: Statuses after which a loop is not tried again in the same case.
+GIVE_UP = ("unavailable", "cannot_run")
+
+
 def outcome(result: dict[str, Any], unit: str) -> str:
     if result["status"] != "ok":
-        return f"{result['status']} ({str(result.get('reason', ''))[:70]})"
+        return f"{report.status_text(result['status'])} ({str(result.get('reason', ''))[:100]})"
     text = f"{result['ops_per_s']:,.0f} {unit}/s, CPU {result['cpu_pct']:.0f}%"
     if result.get("client_cpu_pct") is not None:
         text += f", client {result['client_cpu_pct']:.0f}%"
@@ -97,8 +103,8 @@ def outcome(result: dict[str, Any], unit: str) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run event loops side by side: the stdlib loop, uvloop and tideloop,"
-        " and the stdlib loop and tideloop on PyPy.",
+        description="Run event loops side by side: the stdlib loop, uvloop, rloop and tideloop"
+        " (as built, and its pure-Python core), and the stdlib loop and tideloop on PyPy.",
     )
     p.add_argument("--quick", action="store_true", help="short run (about a minute)")
     p.add_argument(
@@ -110,8 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--loops",
         default="",
-        help=f"comma-separated loops, of {', '.join(loops.LOOPS)} (default: the host's three,"
-        " and the PyPy ones if they can run here)",
+        help=f"comma-separated loops, of {', '.join(loops.LOOPS)} (default: the host's"
+        f" {len(loops.HOST_LOOPS)}, and the PyPy ones if they can run here)",
     )
     p.add_argument("--repeat", type=int, help="repeats per loop (median of N); default 3, quick 1")
     p.add_argument("--duration", type=float, help="measured seconds per server run")
@@ -138,7 +144,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     p.add_argument("--out", type=Path, help="JSON path (default: bench/results/<date>-<host>.json)")
-    p.add_argument("--list", action="store_true", help="list workloads and cases, then exit")
+    p.add_argument(
+        "--list", action="store_true", help="list workloads and cases, and the loops, then exit"
+    )
     p.add_argument(
         "--baseline",
         metavar="REF",
@@ -165,6 +173,11 @@ def select(
     return chosen
 
 
+def runs_status(runs: list[dict[str, Any]], loop: str) -> str:
+    """The status of *loop*'s last run among *runs*."""
+    return next(r["status"] for r in reversed(runs) if r["loop"] == loop)
+
+
 def choose_loops(requested: list[str], stream: TextIO | None = None) -> list[str]:
     """The loops to run, in the canonical order (asyncio first: the baseline).
 
@@ -185,6 +198,28 @@ def choose_loops(requested: list[str], stream: TextIO | None = None) -> list[str
     return wanted
 
 
+def list_loops() -> str:
+    """The loops ``--loops`` takes, each with its version or why it cannot run here."""
+    lines = ["loops:"]
+    for name in loops.LOOPS:
+        reason = loops.unavailable_reason(name)
+        what = f"not available: {reason}" if reason else loops.version(name)
+        default = "" if loops.default(name) else " (not a default)"
+        lines.append(f"  {name:<16} {what}{default}")
+    lines.append("  tideloop@REF     tideloop's source at git revision REF (--baseline REF)")
+    return "\n".join(lines)
+
+
+def builds(results: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Which tideloop core each loop's runs reported (``build``), by loop."""
+    found: dict[str, set[str]] = {}
+    for case in results:
+        for r in case["runs"]:
+            if r.get("build"):
+                found.setdefault(r["loop"], set()).add(r["build"])
+    return {loop: sorted(seen) for loop, seen in found.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quick: bool = args.quick
@@ -196,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = select(workloads, patterns, quick)
     if args.list:
         for w, _params, case_id in cases:
-            print(f"{case_id:<36} {w.kind:<10} {w.title}")
+            needs = f"  (needs {needs_text(w.needs)})" if w.needs else ""
+            print(f"{case_id:<36} {w.kind:<10} {w.title}{needs}")
+        print()
+        print(list_loops())
         return 0
     if not cases:
         print(f"no workload matches {args.only!r}; try --list", file=sys.stderr)
@@ -271,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             for loop in run_loops[shift:] + run_loops[:shift]:
                 what = f"{case_id} · {loop} #{rep + 1}"
                 if loop in gave_up:
-                    progress.end(what, "skipped (unavailable)")
+                    progress.end(what, f"skipped ({report.status_text(runs_status(runs, loop))})")
                     continue
                 progress.begin(what)
                 for attempt in range(retries + 1):
@@ -287,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                         machine.wait_quiet(report.DISTURBED_PCT, timeout=10.0)
                 runs.append(result)
                 progress.end(what, outcome(result, workload.unit))
-                if result["status"] == "unavailable":
+                if result["status"] in GIVE_UP:
                     gave_up.add(loop)
         results.append(
             {
@@ -303,6 +341,14 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     finished = datetime.datetime.now(datetime.UTC)
+    for loop, seen in builds(results).items():
+        loop_info[loop]["build"] = seen[0] if len(seen) == 1 else seen
+    if loop_info.get("tideloop", {}).get("build") == "pure" and loops.PURE in run_loops:
+        print(
+            f"note: tideloop ran its pure core (no native one here): its numbers and"
+            f" {loops.PURE}'s measure the same build",
+            file=sys.stderr,
+        )
     background_after = machine.background_cpu()
     info["load_before"] = load_before
     info["load_after"] = machine.loadavg()

@@ -28,4 +28,5 @@ WORKLOAD = Server(
     start=start,
     full=[{"conns": 10}, {"conns": 100}],
     quick=[{"conns": 100}],
+    needs=("tls",),
 )

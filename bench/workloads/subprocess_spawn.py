@@ -47,4 +47,5 @@ WORKLOAD = Primitive(
     run=run,
     quick_n=400,
     full_n=2_000,
+    needs=("subprocess",),
 )

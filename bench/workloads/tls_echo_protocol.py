@@ -33,4 +33,5 @@ WORKLOAD = Server(
     start=start,
     full=[{"size": KIB, "conns": 100}, {"size": 16 * KIB, "conns": 100}],
     quick=[{"size": KIB, "conns": 100}, {"size": 16 * KIB, "conns": 100}],
+    needs=("tls",),
 )

@@ -96,4 +96,5 @@ WORKLOAD = Primitive(
     run=run,
     quick_n=20_000,
     full_n=100_000,
+    needs=("udp",),
 )

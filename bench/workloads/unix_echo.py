@@ -20,4 +20,5 @@ WORKLOAD = Server(
     start=start,
     full=[{"size": size, "conns": 10} for size in (KIB, 10 * KIB, 100 * KIB)],
     quick=[{"size": KIB, "conns": 10}],
+    needs=("unix",),
 )

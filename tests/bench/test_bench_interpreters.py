@@ -60,7 +60,15 @@ def test_a_loop_name_is_an_interpreter_and_a_plain_name(name: str, parts: tuple[
 
 
 def test_the_pypy_loops_follow_the_host_loops() -> None:
-    assert loops.LOOPS == ("asyncio", "uvloop", "tideloop", "pypy/asyncio", "pypy/tideloop")
+    assert loops.LOOPS == (
+        "asyncio",
+        "uvloop",
+        "rloop",
+        "tideloop",
+        "tideloop-pure",
+        "pypy/asyncio",
+        "pypy/tideloop",
+    )
     assert loops.LOOPS[: len(loops.HOST_LOOPS)] == loops.HOST_LOOPS
 
 

@@ -52,6 +52,8 @@ def test_ratios_medians_and_targets() -> None:
     soon = _case("call_soon", "primitive", dict(zip(three, ([10], [40], [16]), strict=True)))
     table = markdown.table([echo, soon])
     assert "compiled" not in table
+    # A run from before rloop and the pure core: none of their columns or lines.
+    assert "rloop" not in table and "pure" not in table
     # Medians: tideloop 410 / stdlib 100 = 4.10x, / uvloop 400 = 1.02x.
     row = f"| TCP echo, `Protocol`, 1 KiB {markdown.TIMES} 100 |"
     assert f"{row} 100 | 400 | 410 | 4.10x | 1.02x | 1.5 / 1.5 / 1.5 |" in table
@@ -60,6 +62,7 @@ def test_ratios_medians_and_targets() -> None:
     assert "I/O, tideloop >= 1.0x uvloop:        1/1 rows; missed: none" in summary
     assert "primitives, tideloop >= 1.5x stdlib: 1/1 rows" in summary
     assert "compiled" not in summary
+    assert "rloop" not in summary and "pure" not in summary and "Cannot run" not in summary
     # Spread of tideloop's echo repeats: (420 - 300) / 410.
     assert markdown.spread(echo, "tideloop") == pytest.approx(120 / 410)
 
@@ -92,6 +95,58 @@ def test_a_run_with_pypy_gets_its_columns_and_ratios() -> None:
     summary = markdown.summary([soon])
     assert "PyPy tideloop vs uvloop (CPython)   2.00" in summary
     assert "PyPy tideloop vs tideloop (CPython) 5.00" in summary
+
+
+def test_a_run_with_rloop_and_the_pure_core_gets_their_columns_and_cannot_run_cells() -> None:
+    five = ("asyncio", "uvloop", "rloop", "tideloop", "tideloop-pure")
+    soon = _case(
+        "call_soon", "primitive", dict(zip(five, ([10], [40], [70], [16], [8]), strict=True))
+    )
+    why = "needs Unix sockets: rloop.loop.RLoop.create_unix_server raises NotImplementedError"
+    unix = _case(
+        "unix_echo",
+        "server",
+        {"asyncio": [1], "uvloop": [4], "tideloop": [3], "tideloop-pure": [2]},
+        size=1024,
+        conns=10,
+    )
+    unix["id"] = "unix_echo 1KiB x10"
+    unix["runs"].append({"loop": "rloop", "status": "cannot_run", "reason": why})
+    table = markdown.table([unix, soon])
+    lines = table.splitlines()
+    assert lines[0] == (
+        "| workload | stdlib | uvloop | rloop | tideloop | tideloop-pure | tideloop vs stdlib"
+        " | vs uvloop | vs rloop | pure vs uvloop | tideloop vs pure | CPU µs/op |"
+    )
+    assert lines[1].count("|") == lines[0].count("|")
+    # 16 / 70 = 0.23x (vs rloop); the pure core 8 / 40 = 0.20x of uvloop; 16 / 8 = 2.00x.
+    assert (
+        "| `call_soon` (callbacks/s) | 10 | 40 | 70 | 16 | 8 | 1.60x | 0.40x | 0.23x | 0.20x"
+        " | 2.00x | 1.5 / 1.5 / 1.5 / 1.5 / 1.5 |"
+    ) in lines
+    dash = markdown.DASH
+    assert (
+        f"| Unix echo, `Protocol`, 1 KiB {markdown.TIMES} 10 | 1 | 4 | cannot run | 3 | 2"
+        f" | 3.00x | 0.75x | {dash} | 0.50x | 1.50x | 1.5 / 1.5 / {dash} / 1.5 / 1.5 |"
+    ) in lines
+    summary = markdown.summary(markdown.ordered([soon, unix]))
+    assert "  tideloop vs rloop    0.23" in summary
+    assert "  rows rloop runs, tideloop >= 1.0x rloop: 0/1 rows; missed: call_soon 0.23x" in summary
+    assert summary.endswith(f"Cannot run:\n  rloop: unix_echo 1KiB x10 ({why})")
+
+
+def test_the_header_names_rloop_when_the_run_measured_it() -> None:
+    doc = {
+        "created": "2026-12-01T20:00:00+00:00",
+        "finished": "2026-12-01T20:30:00+00:00",
+        "command": "python -m bench",
+        "machine": {"python": "3.11.7", "cpu_model": "AMD EPYC", "cpus": 2, "kernel": "6.18-x"},
+        "config": {"loop_versions": {"uvloop": {"version": "0.23.0"}}},
+    }
+    doc["machine"]["git_commit"] = "abc1234"
+    assert "CPython 3.11.7, uvloop 0.23.0, tideloop at" in markdown.header(doc)
+    doc["config"]["loop_versions"]["rloop"] = {"version": "0.5.0"}
+    assert "CPython 3.11.7, uvloop 0.23.0, rloop 0.5.0, tideloop at" in markdown.header(doc)
 
 
 def test_the_terminal_table_fits_the_pypy_names() -> None:
