@@ -185,7 +185,8 @@ def test_import_emits_no_warnings() -> None:
 def test_version_flag() -> None:
     out = run_python("-m", "tideloop", "--version")
     assert out.returncode == 0
-    assert out.stdout.strip() == f"tideloop {tideloop.__version__}"
+    core = "native core" if tideloop.NATIVE else "pure-Python core: "
+    assert out.stdout.startswith(f"tideloop {tideloop.__version__} ({core}")
 
 
 def test_help_and_bad_usage() -> None:

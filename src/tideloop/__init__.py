@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
+from ._core.native import NATIVE
 from ._entry import install, run
 from ._loop import Loop, new_event_loop
 
 __all__ = [
     "LAG_BOUNDS",
+    "NATIVE",
     "EventLoopPolicy",
     "Loop",
     "LoopMetrics",

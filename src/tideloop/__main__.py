@@ -17,6 +17,7 @@ import runpy
 import sys
 
 from . import __version__
+from ._core.native import core_description
 from ._entry import install_policy
 from ._stats import StatsCollector
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0 if args else 2
     if args[0] == "--version":
-        sys.stdout.write(f"tideloop {__version__}\n")
+        sys.stdout.write(f"tideloop {__version__} ({core_description()})\n")
         return 0
     stats = False
     threshold = 0.1

@@ -29,7 +29,7 @@ from types import ModuleType
 
 from . import errors, handles, metrics
 
-__all__ = ["NATIVE", "REASON", "core"]
+__all__ = ["NATIVE", "REASON", "core", "core_description"]
 
 
 def _load() -> tuple[ModuleType | None, str | None]:
@@ -56,3 +56,8 @@ def _load() -> tuple[ModuleType | None, str | None]:
 core, REASON = _load()
 #: True when the native core runs.
 NATIVE = core is not None
+
+
+def core_description() -> str:
+    """Which core runs, in words (``python -m tideloop --version``)."""
+    return "native core" if NATIVE else f"pure-Python core: {REASON}"
