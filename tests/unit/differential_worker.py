@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import socket
 import sys
 from typing import Any
 
@@ -27,6 +28,7 @@ from tideloop import testing
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="-")
 TRACE: list[Any] = []
 HANDLES: list[asyncio.Handle] = []
+SOCKETS: list[socket.socket] = []
 
 
 def cb(ident: int, *args: object) -> None:
@@ -62,6 +64,27 @@ def cb_cancels(ident: int, k: int) -> None:
 def cb_stops(ident: int) -> None:
     TRACE.append(["stops", ident])
     asyncio.get_running_loop().stop()
+
+
+def on_readable(ident: int, sock: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    data = sock.recv(1)
+    TRACE.append(["readable", ident, data.decode(), loop.time()])
+    if data in (b"", b"."):
+        loop.remove_reader(sock.fileno())
+
+
+def readers(ident: int, text: str, cancelled: bool) -> None:
+    """A socket pair whose reader reads *text* a byte at a time (and "." ends it)."""
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    SOCKETS.extend([a, b])
+    a.setblocking(False)
+    loop.add_reader(a.fileno(), on_readable, ident, a)
+    if cancelled:
+        # A registered reader whose handle was cancelled: dispatch drops it.
+        loop._fds.readers[a.fileno()].cancel()  # type: ignore[attr-defined]
+    b.send((text + ".").encode())
 
 
 async def task_body(ident: int, delays: list[float]) -> int:
@@ -110,6 +133,15 @@ async def main(program: list[list[Any]]) -> None:
         elif kind == "later":
             longest = max(longest, op[2])
             h = call(kind, loop.call_later, op[2], cb, ident)
+        elif kind == "later_int":
+            longest = max(longest, op[2])
+            h = call(kind, loop.call_later, op[2], cb, ident, context=None)
+        elif kind == "later_kw":
+            longest = max(longest, op[2])
+            h = call(kind, loop.call_later, delay=op[2], callback=cb)
+        elif kind == "at_int":
+            longest = max(longest, op[2])
+            h = call(kind, loop.call_at, int(loop.time()) + op[2], cb, ident)
         elif kind == "at":
             longest = max(longest, op[2])
             h = call(kind, loop.call_at, loop.time() + op[2], cb, ident)
@@ -130,6 +162,16 @@ async def main(program: list[list[Any]]) -> None:
             call("bad-none", loop.call_soon, None)
             call("bad-kw", loop.call_soon, cb, ident, nope=1)
             call("bad-delay", loop.call_later, None, cb, ident)
+            call("bad-delay-type", loop.call_later, "soon", cb, ident)
+            call("bad-when", loop.call_at, None, cb, ident)
+            call("bad-when-type", loop.call_at, "x", cb, ident)
+            call("bad-later-args", loop.call_later)
+            call("bad-later-kw", loop.call_later, 1, cb, ident, nope=1)
+            call("bad-at-twice", loop.call_at, 1.0, cb, callback=cb)
+        elif kind == "reader":
+            readers(ident, op[2], op[3])
+            if op[3]:
+                TRACE.append(["registered", loop._fds.readers.get(SOCKETS[-2].fileno()) is None])  # type: ignore[attr-defined]
         elif kind == "stop":
             h = call(kind, loop.call_soon, cb_stops, ident)
         elif kind == "yield":
@@ -163,6 +205,11 @@ def run(program: list[list[Any]], debug: bool) -> list[Any]:
                 # Run on, to the end: what was queued still runs, in order.
         TRACE.append(["metrics", loop.metrics().callbacks > 0, loop.time()])
     finally:
+        for sock in SOCKETS:
+            if sock.fileno() >= 0:
+                loop.remove_reader(sock.fileno())
+            sock.close()
+        SOCKETS.clear()
         for task in asyncio.all_tasks(loop):
             task.cancel()
         loop.run_until_complete(asyncio.sleep(0))

@@ -4,7 +4,8 @@ The pure-Python core is the reference. Hypothesis writes scheduling
 programs (``call_soon`` with and without arguments and contexts,
 ``call_later``/``call_at``, cancellation from outside and from callbacks,
 ``call_soon_threadsafe``, callbacks that raise, set context variables,
-schedule more or stop the loop, tasks that sleep, futures, wrong calls);
+schedule more or stop the loop, tasks that sleep, futures, wrong calls, fd
+readers on socket pairs, one with a cancelled handle);
 each runs in two worker processes (``differential_worker.py``), one per
 core, on virtual time, and their traces must be equal: every callback in
 the same order with the same arguments, context and loop time, every
@@ -104,6 +105,9 @@ ops = st.one_of(
     st.tuples(st.just("cancel_later"), idents, st.integers(0, 20)),
     st.tuples(st.just("later"), idents, delays),
     st.tuples(st.just("at"), idents, delays),
+    st.tuples(st.just("later_int"), idents, st.integers(0, 3)),
+    st.tuples(st.just("later_kw"), idents, delays),
+    st.tuples(st.just("at_int"), idents, st.integers(0, 3)),
     st.tuples(st.just("threadsafe"), idents),
     st.tuples(st.just("cancel"), idents, st.integers(0, 20)),
     st.tuples(st.just("task"), idents, st.lists(delays, max_size=3)),
@@ -111,6 +115,7 @@ ops = st.one_of(
     st.tuples(st.just("bad"), idents),
     st.tuples(st.just("stop"), idents),
     st.tuples(st.just("yield"), idents),
+    st.tuples(st.just("reader"), idents, st.text("abc", max_size=4), st.booleans()),
 )
 programs = st.lists(ops.map(list), max_size=25)
 

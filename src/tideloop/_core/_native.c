@@ -68,10 +68,17 @@ static PyTypeObject *CountersType = NULL;      /* tideloop._core.metrics.Counter
 static PyObject *error_context = NULL;         /* errors.callback_error_context */
 static PyObject *thread_count = NULL;          /* _thread._count */
 static PyObject *monotonic = NULL;             /* time.monotonic */
+static PyTypeObject *TimerHandleType = NULL;   /* tideloop._core.handles.TimerHandle */
+static PyObject *sleep_callback = NULL;        /* asyncio.futures._set_result_unless_cancelled */
+static PyObject *far_delay = NULL;             /* timers.FAR_DELAY */
+static PyObject *registry_dispatch = NULL;     /* FdRegistry.dispatch (the fd layer's) */
+static long reader_bits = 0, writer_bits = 0;  /* pollers.READER_BITS, WRITER_BITS */
 
 /* Offsets of asyncio.Handle's slots. */
 static Py_ssize_t off_context, off_loop, off_callback, off_args, off_cancelled, off_repr,
     off_source_traceback;
+/* Offsets of asyncio.TimerHandle's own slots. */
+static Py_ssize_t off_when;
 /* Offsets of Counters' slots. */
 static Py_ssize_t off_mark, off_seq, off_poll_start, off_idle_time, off_iterations, off_callbacks;
 
@@ -79,7 +86,9 @@ static Py_ssize_t off_mark, off_seq, off_poll_start, off_idle_time, off_iteratio
 static PyObject *s_context, *s_call_exception_handler, *s_call_soon_debug, *s_run_ready_timed,
     *s_slow_phase, *s_run_forever_setup, *s_run_forever_cleanup, *s_polled, *s_heap,
     *s_cancelled, *s_next_deadline, *s_buckets, *s_marker, *s_pass_markers, *s_pop_due,
-    *s_timed, *s_run, *s_run_once, *s_callback, *s_args, *s_timers_cancelled, *s_callback_kw;
+    *s_timed, *s_run, *s_run_once, *s_callback, *s_args, *s_timers_cancelled, *s_callback_kw, *s_delay_kw, *s_when_kw, *s_call_at_py,
+    *s_push, *s_push_far, *s_readers, *s_writers, *s_ready_attr, *s_remove_reader,
+    *s_remove_writer;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -339,6 +348,7 @@ typedef struct {
     PyObject *now_is_real;       /* _now_is_real */
     PyObject *clock_resolution;  /* _clock_resolution */
     PyObject *slow_duration;     /* slow_callback_duration */
+    PyObject *bare_context;      /* _bare_context: asyncio.sleep()'s timers' context */
 } Core;
 
 static PyTypeObject CoreType;
@@ -372,6 +382,7 @@ core_traverse(Core *self, visitproc visit, void *arg)
     Py_VISIT(self->now_is_real);
     Py_VISIT(self->clock_resolution);
     Py_VISIT(self->slow_duration);
+    Py_VISIT(self->bare_context);
     return 0;
 }
 
@@ -391,6 +402,7 @@ core_clear(Core *self)
     Py_CLEAR(self->now_is_real);
     Py_CLEAR(self->clock_resolution);
     Py_CLEAR(self->slow_duration);
+    Py_CLEAR(self->bare_context);
     return 0;
 }
 
@@ -476,6 +488,7 @@ static PyMemberDef core_members[] = {
     {"_now_is_real", TL_T_OBJECT_EX, offsetof(Core, now_is_real), 0, NULL},
     {"_clock_resolution", TL_T_OBJECT_EX, offsetof(Core, clock_resolution), 0, NULL},
     {"slow_callback_duration", TL_T_OBJECT_EX, offsetof(Core, slow_duration), 0, NULL},
+    {"_bare_context", TL_T_OBJECT_EX, offsetof(Core, bare_context), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -605,6 +618,230 @@ core_call_soon(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         return NULL;
     }
     return handle;
+}
+
+/* Parse (first, callback, *args, context=None) as Python would for
+ * Scheduler.<name>(self, <first>, callback, *args, context=None): *first*,
+ * *callback* and *context* are borrowed; *cbargs* is a new tuple. */
+static int
+parse_timer_call(const char *name, PyObject *first_kw, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames, PyObject **first, PyObject **callback, PyObject **context,
+                 PyObject **cbargs)
+{
+    *first = nargs > 0 ? args[0] : NULL;
+    *callback = nargs > 1 ? args[1] : NULL;
+    *context = Py_None;
+    if (kwnames != NULL) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+            PyObject *value = args[nargs + i];
+            PyObject **slot = NULL;
+            const char *argname = NULL;
+            if (PyUnicode_Compare(kw, s_context) == 0) {
+                *context = value;
+                continue;
+            }
+            if (PyUnicode_Compare(kw, first_kw) == 0) {
+                slot = first;
+                argname = PyUnicode_AsUTF8(first_kw);
+            }
+            else if (PyUnicode_Compare(kw, s_callback_kw) == 0) {
+                slot = callback;
+                argname = "callback";
+            }
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            if (slot == NULL) {
+                PyErr_Format(PyExc_TypeError,
+                             "Scheduler.%s() got an unexpected keyword argument '%S'", name, kw);
+                return -1;
+            }
+            if (*slot != NULL) {
+                PyErr_Format(PyExc_TypeError,
+                             "Scheduler.%s() got multiple values for argument '%s'", name, argname);
+                return -1;
+            }
+            *slot = value;
+        }
+    }
+    if (*first == NULL && *callback == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "Scheduler.%s() missing 2 required positional arguments: '%U' and 'callback'",
+                     name, first_kw);
+        return -1;
+    }
+    if (*first == NULL || *callback == NULL) {
+        PyErr_Format(PyExc_TypeError, "Scheduler.%s() missing 1 required positional argument: '%U'",
+                     name, *first == NULL ? first_kw : s_callback_kw);
+        return -1;
+    }
+    Py_ssize_t skip = nargs < 2 ? nargs : 2;
+    *cbargs = PyTuple_New(nargs - skip);
+    if (*cbargs == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = skip; i < nargs; i++) {
+        PyTuple_SET_ITEM(*cbargs, i - skip, Py_NewRef(args[i]));
+    }
+    return 0;
+}
+
+/* self._call_at(when, callback, cbargs, context, 1): the pure path, for
+ * debug mode, a closed loop and a time that is not a float. */
+static PyObject *
+call_at_pure(Core *self, PyObject *when, PyObject *callback, PyObject *cbargs, PyObject *context)
+{
+    PyObject *one = PyLong_FromLong(1);
+    if (one == NULL) {
+        return NULL;
+    }
+    PyObject *stack[] = {(PyObject *)self, when, callback, cbargs, context, one};
+    PyObject *timer =
+        PyObject_VectorcallMethod(s_call_at_py, stack, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(one);
+    return timer;
+}
+
+/* A TimerHandle for *callback*(*cbargs) at *when* (its key, a float), in
+ * *ctx* (stolen), pushed into the timer queue (push_far when *far*). */
+static PyObject *
+push_timer(Core *self, PyObject *when, PyObject *callback, PyObject *cbargs, PyObject *ctx, int far)
+{
+    if (self->timers == NULL) {
+        Py_DECREF(ctx);
+        PyErr_SetString(PyExc_RuntimeError, "the native core is not set up (no timer queue)");
+        return NULL;
+    }
+    PyObject *timer = TimerHandleType->tp_alloc(TimerHandleType, 0);
+    if (timer == NULL) {
+        Py_DECREF(ctx);
+        return NULL;
+    }
+    /* Every field of handles.new_handle_fields, and _when (push sets _scheduled). */
+    SLOT(timer, off_context) = ctx;
+    SLOT(timer, off_loop) = Py_NewRef(self);
+    SLOT(timer, off_callback) = Py_NewRef(callback);
+    SLOT(timer, off_args) = Py_NewRef(cbargs);
+    SLOT(timer, off_cancelled) = Py_NewRef(Py_False);
+    SLOT(timer, off_repr) = Py_NewRef(Py_None);
+    SLOT(timer, off_source_traceback) = Py_NewRef(Py_None);
+    SLOT(timer, off_when) = Py_NewRef(when);
+    PyObject *stack[] = {self->timers, timer, when};
+    PyObject *r = PyObject_VectorcallMethod(far ? s_push_far : s_push, stack,
+                                            3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL) {
+        Py_DECREF(timer);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return timer;
+}
+
+static PyObject *
+loop_now(Core *self)
+{
+    if (self->now == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the native core is not set up (no clock)");
+        return NULL;
+    }
+    return PyObject_CallNoArgs(self->now);
+}
+
+/* call_later(delay, callback, *args, context=None) */
+static PyObject *
+core_call_later(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *delay, *callback, *context, *cbargs;
+    if (parse_timer_call("call_later", s_delay_kw, args, nargs, kwnames, &delay, &callback,
+                         &context, &cbargs) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (delay == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "delay must not be None");
+        goto done;
+    }
+    PyObject *now = loop_now(self);
+    if (now == NULL) {
+        goto done;
+    }
+    PyObject *when = PyNumber_Add(now, delay);
+    Py_DECREF(now);
+    if (when == NULL) {
+        goto done;
+    }
+    if (!PyFloat_CheckExact(when) || self->closed || self->debug) {
+        /* asyncio's debug checks name call_at() here too. */
+        result = call_at_pure(self, when, callback, cbargs, context);
+        Py_DECREF(when);
+        goto done;
+    }
+    PyObject *ctx;
+    if (context == Py_None) {
+        /* asyncio.sleep()'s timer needs no copy of the current context: its
+         * callback reads none, and its handle never reaches user code. */
+        if (callback == sleep_callback && self->bare_context != NULL) {
+            ctx = Py_NewRef(self->bare_context);
+        }
+        else {
+            ctx = PyContext_CopyCurrent();
+        }
+    }
+    else {
+        ctx = Py_NewRef(context);
+    }
+    int far = ctx == NULL ? -1 : PyObject_RichCompareBool(delay, far_delay, Py_LT);
+    if (far < 0) {
+        Py_XDECREF(ctx);
+        Py_DECREF(when);
+        goto done;
+    }
+    result = push_timer(self, when, callback, cbargs, ctx, !far);
+    Py_DECREF(when);
+done:
+    Py_DECREF(cbargs);
+    return result;
+}
+
+/* call_at(when, callback, *args, context=None) */
+static PyObject *
+core_call_at(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *when, *callback, *context, *cbargs;
+    if (parse_timer_call("call_at", s_when_kw, args, nargs, kwnames, &when, &callback, &context,
+                         &cbargs) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (when == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "when cannot be None");
+        goto done;
+    }
+    if (!PyFloat_CheckExact(when) || self->closed || self->debug) {
+        result = call_at_pure(self, when, callback, cbargs, context);
+        goto done;
+    }
+    PyObject *ctx = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
+    if (ctx == NULL) {
+        goto done;
+    }
+    PyObject *now = loop_now(self);
+    if (now == NULL) {
+        Py_DECREF(ctx);
+        goto done;
+    }
+    double until = PyFloat_AS_DOUBLE(when) - PyFloat_AsDouble(now);
+    Py_DECREF(now);
+    if (PyErr_Occurred()) {
+        Py_DECREF(ctx);
+        goto done;
+    }
+    double far_after = PyFloat_AsDouble(far_delay);
+    result = push_timer(self, when, callback, cbargs, ctx, !(until < far_after));
+done:
+    Py_DECREF(cbargs);
+    return result;
 }
 
 /* ------------------------------------------------------------------ */
@@ -885,6 +1122,123 @@ run_one(Core *self, PyObject *handle)
 }
 
 /* ------------------------------------------------------------------ */
+/* Fd dispatch: FdRegistry.dispatch, for the fd registry the core polls  */
+
+/* Is *handle* cancelled? 1, 0, or -1 on error. */
+static int
+handle_cancelled(PyObject *handle)
+{
+    if (AsyncioHandleType != NULL && PyObject_TypeCheck(handle, AsyncioHandleType)) {
+        PyObject *c = SLOT(handle, off_cancelled);
+        if (c == Py_False || c == NULL) {
+            return 0;
+        }
+        return c == Py_True ? 1 : PyObject_IsTrue(c);
+    }
+    PyObject *c = PyObject_GetAttr(handle, s_cancelled);
+    if (c == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(c);
+    Py_DECREF(c);
+    return t;
+}
+
+/* One side of an fd's event: queue its handle, or drop a cancelled one
+ * through the registry's remove method. */
+static int
+dispatch_side(PyObject *registry, PyObject *table, PyObject *fd, ReadyQueue *ready,
+              PyObject *remove)
+{
+    PyObject *handle = PyDict_GetItemWithError(table, fd);
+    if (handle == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_INCREF(handle);
+    int cancelled = handle_cancelled(handle);
+    int rc = 0;
+    if (cancelled < 0) {
+        rc = -1;
+    }
+    else if (cancelled) {
+        PyObject *r = PyObject_CallMethodOneArg(registry, remove, fd);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    else {
+        rc = rq_push(ready, handle);
+    }
+    Py_DECREF(handle);
+    return rc;
+}
+
+/* FdRegistry.dispatch(events) for *registry*: 1 done, 0 not applicable
+ * (call the Python method), -1 error. */
+static int
+native_dispatch(PyObject *registry, PyObject *events)
+{
+    if (!PyList_CheckExact(events)) {
+        return 0;
+    }
+    PyObject *ready = PyObject_GetAttr(registry, s_ready_attr);
+    PyObject *readers = ready ? PyObject_GetAttr(registry, s_readers) : NULL;
+    PyObject *writers = readers ? PyObject_GetAttr(registry, s_writers) : NULL;
+    int rc = -1;
+    if (writers == NULL) {
+        goto done;
+    }
+    if (!PyObject_TypeCheck(ready, &ReadyQueueType) || !PyDict_CheckExact(readers) ||
+        !PyDict_CheckExact(writers)) {
+        rc = 0;
+        goto done;
+    }
+    /* The events list is the poller's, of this iteration: nothing else
+     * holds it, but a callback of dispatch (remove_reader) runs Python
+     * code, so it is read by index each time. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        if (!PyTuple_CheckExact(event) || PyTuple_GET_SIZE(event) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a poll event must be a (fd, bits) tuple");
+            goto done;
+        }
+        PyObject *fd = PyTuple_GET_ITEM(event, 0);
+        long bits = PyLong_AsLong(PyTuple_GET_ITEM(event, 1));
+        if (bits == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        Py_INCREF(event);
+        int failed = ((bits & reader_bits) &&
+                      dispatch_side(registry, readers, fd, (ReadyQueue *)ready, s_remove_reader) < 0) ||
+                     ((bits & writer_bits) &&
+                      dispatch_side(registry, writers, fd, (ReadyQueue *)ready, s_remove_writer) < 0);
+        Py_DECREF(event);
+        if (failed) {
+            goto done;
+        }
+    }
+    rc = 1;
+done:
+    Py_XDECREF(ready);
+    Py_XDECREF(readers);
+    Py_XDECREF(writers);
+    return rc;
+}
+
+static PyObject *
+native_configure_dispatch(PyObject *module, PyObject *args)
+{
+    PyObject *func;
+    long rbits, wbits;
+    if (!PyArg_ParseTuple(args, "Oll:configure_dispatch", &func, &rbits, &wbits)) {
+        return NULL;
+    }
+    Py_XSETREF(registry_dispatch, Py_NewRef(func));
+    reader_bits = rbits;
+    writer_bits = wbits;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ */
 /* _run_once                                                            */
 
 static PyObject *NO_EVENTS = NULL; /* an empty list, never mutated */
@@ -1106,11 +1460,23 @@ run_once(Core *self)
         goto done;
     }
     if (have_events) {
-        PyObject *r = PyObject_CallOneArg(self->dispatch, events);
-        if (r == NULL) {
-            goto done;
+        /* The fd registry's own dispatch runs here, without its frame; any
+         * other IoSource's (a test's fake) is called. */
+        int done_natively = 0;
+        if (registry_dispatch != NULL && PyMethod_Check(self->dispatch) &&
+            PyMethod_GET_FUNCTION(self->dispatch) == registry_dispatch) {
+            done_natively = native_dispatch(PyMethod_GET_SELF(self->dispatch), events);
+            if (done_natively < 0) {
+                goto done;
+            }
         }
-        Py_DECREF(r);
+        if (!done_natively) {
+            PyObject *r = PyObject_CallOneArg(self->dispatch, events);
+            if (r == NULL) {
+                goto done;
+            }
+            Py_DECREF(r);
+        }
     }
 
     /* 4. queue the timers that are due */
@@ -1315,6 +1681,10 @@ core_run_forever(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
 static PyMethodDef core_methods[] = {
     {"call_soon", (PyCFunction)(void (*)(void))core_call_soon, METH_FASTCALL | METH_KEYWORDS,
      "call_soon(callback, *args, context=None): schedule callback(*args); return its Handle."},
+    {"call_later", (PyCFunction)(void (*)(void))core_call_later, METH_FASTCALL | METH_KEYWORDS,
+     "call_later(delay, callback, *args, context=None): a TimerHandle, due after *delay* s."},
+    {"call_at", (PyCFunction)(void (*)(void))core_call_at, METH_FASTCALL | METH_KEYWORDS,
+     "call_at(when, callback, *args, context=None): a TimerHandle, due at loop time *when*."},
     {"_run_once", (PyCFunction)(void (*)(void))core_run_once, METH_FASTCALL | METH_KEYWORDS,
      "One iteration of the loop."},
     {"run_forever", (PyCFunction)(void (*)(void))core_run_forever, METH_FASTCALL | METH_KEYWORDS,
@@ -1366,11 +1736,27 @@ slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
 static PyObject *
 native_configure(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"handle", "asyncio_handle", "counters", "error_context", NULL};
-    PyObject *handle, *asyncio_handle, *counters, *errctx;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O:configure", kwlist, &PyType_Type, &handle,
-                                     &PyType_Type, &asyncio_handle, &PyType_Type, &counters,
-                                     &errctx)) {
+    static char *kwlist[] = {"handle",        "asyncio_handle", "timer_handle",
+                             "asyncio_timer", "counters",       "error_context",
+                             "sleep_callback", "far_delay",     NULL};
+    PyObject *handle, *asyncio_handle, *timer, *asyncio_timer, *counters, *errctx, *sleep_cb,
+        *far;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!OOO!:configure", kwlist, &PyType_Type,
+                                     &handle, &PyType_Type, &asyncio_handle, &PyType_Type, &timer,
+                                     &PyType_Type, &asyncio_timer, &PyType_Type, &counters, &errctx,
+                                     &sleep_cb, &PyFloat_Type, &far)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)timer, (PyTypeObject *)asyncio_timer) ||
+        !PyType_IsSubtype((PyTypeObject *)asyncio_timer, (PyTypeObject *)asyncio_handle)) {
+        PyErr_SetString(PyExc_TypeError, "timer_handle must extend asyncio_timer, an asyncio_handle");
+        return NULL;
+    }
+    if (slot_offset((PyTypeObject *)asyncio_timer, "_when", &off_when) < 0) {
+        return NULL;
+    }
+    if (((PyTypeObject *)timer)->tp_basicsize != ((PyTypeObject *)asyncio_timer)->tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "timer_handle must not add slots to asyncio.TimerHandle");
         return NULL;
     }
     if (!PyType_IsSubtype((PyTypeObject *)handle, (PyTypeObject *)asyncio_handle)) {
@@ -1400,13 +1786,19 @@ native_configure(PyObject *module, PyObject *args, PyObject *kwds)
     Py_XSETREF(AsyncioHandleType, (PyTypeObject *)Py_NewRef(asyncio_handle));
     Py_XSETREF(CountersType, (PyTypeObject *)Py_NewRef(counters));
     Py_XSETREF(error_context, Py_NewRef(errctx));
+    Py_XSETREF(TimerHandleType, (PyTypeObject *)Py_NewRef(timer));
+    Py_XSETREF(sleep_callback, Py_NewRef(sleep_cb));
+    Py_XSETREF(far_delay, Py_NewRef(far));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef native_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))native_configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(handle, asyncio_handle, counters, error_context): the Python classes the "
-     "hot paths build and write."},
+     "configure(handle, asyncio_handle, timer_handle, asyncio_timer, counters, error_context, "
+     "sleep_callback, far_delay): the Python classes the hot paths build and write."},
+    {"configure_dispatch", (PyCFunction)native_configure_dispatch, METH_VARARGS,
+     "configure_dispatch(FdRegistry.dispatch, READER_BITS, WRITER_BITS): the fd layer's "
+     "dispatch, which the iteration then runs natively."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1443,6 +1835,16 @@ native_exec(PyObject *module)
     INTERN(s_args, "_args");
     INTERN(s_timers_cancelled, "cancelled");
     INTERN(s_callback_kw, "callback");
+    INTERN(s_delay_kw, "delay");
+    INTERN(s_when_kw, "when");
+    INTERN(s_call_at_py, "_call_at");
+    INTERN(s_push, "push");
+    INTERN(s_push_far, "push_far");
+    INTERN(s_readers, "readers");
+    INTERN(s_writers, "writers");
+    INTERN(s_ready_attr, "_ready");
+    INTERN(s_remove_reader, "remove_reader");
+    INTERN(s_remove_writer, "remove_writer");
     NO_EVENTS = PyList_New(0);
     if (NO_EVENTS == NULL) {
         return -1;

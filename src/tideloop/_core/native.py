@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from asyncio.futures import _set_result_unless_cancelled as _sleep_callback  # type: ignore[attr-defined]
 from types import ModuleType
 
-from . import errors, handles, metrics
+from . import errors, handles, metrics, timers
 
 __all__ = ["NATIVE", "REASON", "core", "core_description"]
 
@@ -47,8 +48,12 @@ def _load() -> tuple[ModuleType | None, str | None]:
     _native.configure(
         handle=handles.Handle,
         asyncio_handle=asyncio.Handle,
+        timer_handle=handles.TimerHandle,
+        asyncio_timer=asyncio.TimerHandle,
         counters=metrics.Counters,
         error_context=errors.callback_error_context,
+        sleep_callback=_sleep_callback,
+        far_delay=timers.FAR_DELAY,
     )
     return _native, None
 

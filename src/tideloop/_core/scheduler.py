@@ -225,7 +225,7 @@ class Scheduler(asyncio.AbstractEventLoop):
         when = self._now() + d
         if type(when) is not float or self._closed or self._debug:
             # asyncio's debug checks name call_at() here too.
-            return self._call_at(when, callback, args, context)
+            return self._call_at(when, callback, args, context, 2)
         # The common case, _call_at and TimerHandle.__init__ inlined (every
         # field of handles.new_handle_fields, and the timer's two).
         timer = _new_object(TimerHandle)
@@ -257,7 +257,7 @@ class Scheduler(asyncio.AbstractEventLoop):
     ) -> TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
-        return self._call_at(when, callback, args, context)
+        return self._call_at(when, callback, args, context, 2)
 
     def _call_at(
         self,
@@ -265,7 +265,14 @@ class Scheduler(asyncio.AbstractEventLoop):
         callback: Callable[..., object],
         args: tuple[Any, ...],
         context: contextvars.Context | None,
+        frames: int,
     ) -> TimerHandle:
+        """``call_at`` after its None check, and ``call_later`` off its fast path.
+
+        *frames*: our frames to trim off a debug-mode source traceback (this
+        one and the public method's, or this one alone when the native core
+        calls it).
+        """
         if self._closed:
             raise RuntimeError("Event loop is closed")
         if type(when) is not float and not _is_real(when):
@@ -281,8 +288,7 @@ class Scheduler(asyncio.AbstractEventLoop):
             _debug.check_callback(callback, "call_at")
         timer = TimerHandle(w, callback, args, self, context)
         if timer._source_traceback:
-            # Trim this frame and the public method's.
-            trim(timer._source_traceback, 2)
+            trim(timer._source_traceback, frames)
         if key - self._now() < FAR_DELAY:
             self._timers.push(timer, key)
         else:

@@ -61,6 +61,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple, Unpack
 
+from tideloop._core import native
 from tideloop._core.coreloop import CoreLoop
 from tideloop._core.handles import Handle, ReadyQueue
 from tideloop._pollers import READ, READER_BITS, WRITE, WRITER_BITS, Poller
@@ -392,3 +393,9 @@ class FdMethods(CoreLoop):
         if self._closed:
             return False
         return self._fds.remove_writer(self._fds.registered_fd(fd))
+
+
+# The native core runs this registry's dispatch itself (the same code, in
+# C, without a frame per iteration), when it is the one the core polls.
+if native.core is not None:
+    native.core.configure_dispatch(FdRegistry.dispatch, READER_BITS, WRITER_BITS)
