@@ -22,11 +22,11 @@ import tempfile
 from pathlib import Path
 
 # Run as a script: this folder is on sys.path.
-from refleaks import MODULES, ROOT  # type: ignore[import-not-found]
+from refleaks import MODULES, ROOT, TRANSPORT_MODULES  # type: ignore[import-not-found]
 
 
 def main() -> int:
-    modules = sys.argv[1:] or MODULES
+    modules = sys.argv[1:] or [*MODULES, *TRANSPORT_MODULES]
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "memcheck.log"
         cmd = [
