@@ -492,6 +492,20 @@ static PyMemberDef core_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* Set every field of handles.new_handle_fields on a new (all-NULL) handle:
+ * *ctx* and *args* are stolen, *loop* and *callback* borrowed. */
+static inline void
+fill_handle(PyObject *handle, PyObject *loop, PyObject *ctx, PyObject *callback, PyObject *args)
+{
+    SLOT(handle, off_context) = ctx;
+    SLOT(handle, off_loop) = Py_NewRef(loop);
+    SLOT(handle, off_callback) = Py_NewRef(callback);
+    SLOT(handle, off_args) = args;
+    SLOT(handle, off_cancelled) = Py_NewRef(Py_False);
+    SLOT(handle, off_repr) = Py_NewRef(Py_None);
+    SLOT(handle, off_source_traceback) = Py_NewRef(Py_None);
+}
+
 static int
 check_ready(Core *self)
 {
@@ -605,14 +619,7 @@ core_call_soon(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         Py_DECREF(cbargs);
         return NULL;
     }
-    /* Every field of handles.new_handle_fields (the slots start NULL). */
-    SLOT(handle, off_context) = ctx;
-    SLOT(handle, off_loop) = Py_NewRef(self);
-    SLOT(handle, off_callback) = Py_NewRef(callback);
-    SLOT(handle, off_args) = cbargs;
-    SLOT(handle, off_cancelled) = Py_NewRef(Py_False);
-    SLOT(handle, off_repr) = Py_NewRef(Py_None);
-    SLOT(handle, off_source_traceback) = Py_NewRef(Py_None);
+    fill_handle(handle, (PyObject *)self, ctx, callback, cbargs);
     if (rq_push(self->ready, handle) < 0) {
         Py_DECREF(handle);
         return NULL;
@@ -718,14 +725,8 @@ push_timer(Core *self, PyObject *when, PyObject *callback, PyObject *cbargs, PyO
         Py_DECREF(ctx);
         return NULL;
     }
-    /* Every field of handles.new_handle_fields, and _when (push sets _scheduled). */
-    SLOT(timer, off_context) = ctx;
-    SLOT(timer, off_loop) = Py_NewRef(self);
-    SLOT(timer, off_callback) = Py_NewRef(callback);
-    SLOT(timer, off_args) = Py_NewRef(cbargs);
-    SLOT(timer, off_cancelled) = Py_NewRef(Py_False);
-    SLOT(timer, off_repr) = Py_NewRef(Py_None);
-    SLOT(timer, off_source_traceback) = Py_NewRef(Py_None);
+    /* _when too (push sets _scheduled). */
+    fill_handle(timer, (PyObject *)self, ctx, callback, Py_NewRef(cbargs));
     SLOT(timer, off_when) = Py_NewRef(when);
     PyObject *stack[] = {self->timers, timer, when};
     PyObject *r = PyObject_VectorcallMethod(far ? s_push_far : s_push, stack,
