@@ -148,6 +148,12 @@ def test_a_run_reports_cannot_run_in_its_table_and_json_and_does_not_try_again(
 
     monkeypatch.setattr(harness, "run_case", fake_case)
     monkeypatch.setattr(run.machine, "background_cpu", lambda seconds=1.0: 0.0)
+    # The run's workers are faked, so rloop need not be installed here: the
+    # run must take it as importable (CI's test venvs do not have it).
+    importable = run.loops.unavailable_reason
+    monkeypatch.setattr(
+        run.loops, "unavailable_reason", lambda name: None if name == "rloop" else importable(name)
+    )
     out = tmp_path / "run.json"
     argv = ["--quick", "--only", "udp_pingpong", "--loops", "asyncio,rloop"]
     assert run.main([*argv, "--repeat", "3", "--no-charts", "--out", str(out)]) == 0
