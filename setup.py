@@ -38,7 +38,7 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:
             say(f"no native core ({type(exc).__name__}: {exc}); the pure-Python loop will run")
         else:
-            say("built the native core (tideloop._core._native)")
+            say(f"built the native core ({ext.name})")
 
 
 ext_modules = []
@@ -47,13 +47,22 @@ if platform.python_implementation() != "CPython":
 elif os.environ.get("TIDELOOP_NO_NATIVE", "") not in ("", "0"):
     say("TIDELOOP_NO_NATIVE is set: the pure-Python loop only")
 else:
+    flags = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
     ext_modules.append(
         Extension(
             "tideloop._core._native",
             ["src/tideloop/_core/_native.c"],
             optional=True,
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"],
+            extra_compile_args=flags,
+        )
+    )
+    # The transports' per-message paths; used only with the core above.
+    ext_modules.append(
+        Extension(
+            "tideloop._transports._native",
+            ["src/tideloop/_transports/_native.c"],
+            optional=True,
+            extra_compile_args=flags,
         )
     )
 

@@ -999,11 +999,76 @@ report_callback_error(Core *self, PyObject *handle)
     return rc;
 }
 
+/* Call callable(*argv) in *context*: 0 on success, -1 with the error set. */
+static int
+run_in_context(PyObject *context, PyObject *callable, PyObject *const *argv, Py_ssize_t n)
+{
+    PyObject *res;
+    if (PyContext_CheckExact(context)) {
+        if (PyContext_Enter(context) < 0) {
+            return -1;
+        }
+        res = PyObject_Vectorcall(callable, argv, n, NULL);
+        if (PyContext_Exit(context) < 0) {
+            Py_XDECREF(res);
+            return -1;
+        }
+    }
+    else {
+        /* Not a contextvars.Context: its own run(), as asyncio calls it. */
+        PyObject *stack[8];
+        PyObject **full = stack;
+        if (n + 2 > 8) {
+            full = PyMem_New(PyObject *, n + 2);
+            if (full == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+        full[0] = context;
+        full[1] = callable;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            full[i + 2] = argv[i];
+        }
+        res = PyObject_VectorcallMethod(s_run, full, (size_t)(n + 2), NULL);
+        if (full != stack) {
+            PyMem_Free(full);
+        }
+    }
+    if (res == NULL) {
+        return -1;
+    }
+    Py_DECREF(res);
+    return 0;
+}
+
+/* Twins: a Python function whose bound method, as a handle's callback with
+ * no arguments, is run as twin(self) instead (set_twin; the transports'
+ * read paths). The handle, its callback and its repr stay what they are. */
+#define MAX_TWINS 8
+static PyObject *twin_funcs[MAX_TWINS]; /* owned */
+static PyObject *twin_impls[MAX_TWINS]; /* owned */
+static int n_twins = 0;
+
+/* The twin of *callback* (borrowed), or NULL. */
+static inline PyObject *
+twin_of(PyObject *callback)
+{
+    if (n_twins && PyMethod_Check(callback)) {
+        PyObject *func = PyMethod_GET_FUNCTION(callback);
+        for (int i = 0; i < n_twins; i++) {
+            if (twin_funcs[i] == func) {
+                return twin_impls[i];
+            }
+        }
+    }
+    return NULL;
+}
+
 /* Call handle's callback in its context: 0 on success, -1 with the error set. */
 static int
 run_handle(PyObject *handle, PyObject *context, PyObject *callback, PyObject *args)
 {
-    PyObject *res;
     if (!PyTuple_Check(args)) {
         /* A user's handle with a list of arguments, say: context.run(cb, *args). */
         PyObject *tuple = PySequence_Tuple(args);
@@ -1015,42 +1080,14 @@ run_handle(PyObject *handle, PyObject *context, PyObject *callback, PyObject *ar
         return rc;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-    if (PyContext_CheckExact(context)) {
-        if (PyContext_Enter(context) < 0) {
-            return -1;
-        }
-        res = PyObject_Vectorcall(callback, &PyTuple_GET_ITEM(args, 0), n, NULL);
-        if (PyContext_Exit(context) < 0) {
-            Py_XDECREF(res);
-            return -1;
+    if (n == 0) {
+        PyObject *twin = twin_of(callback);
+        if (twin != NULL) {
+            PyObject *self = PyMethod_GET_SELF(callback);
+            return run_in_context(context, twin, &self, 1);
         }
     }
-    else {
-        /* Not a contextvars.Context: its own run(), as asyncio calls it. */
-        PyObject *stack[8];
-        PyObject **argv = stack;
-        if (n + 2 > 8) {
-            argv = PyMem_New(PyObject *, n + 2);
-            if (argv == NULL) {
-                PyErr_NoMemory();
-                return -1;
-            }
-        }
-        argv[0] = context;
-        argv[1] = callback;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            argv[i + 2] = PyTuple_GET_ITEM(args, i);
-        }
-        res = PyObject_VectorcallMethod(s_run, argv, (size_t)(n + 2), NULL);
-        if (argv != stack) {
-            PyMem_Free(argv);
-        }
-    }
-    if (res == NULL) {
-        return -1;
-    }
-    Py_DECREF(res);
-    return 0;
+    return run_in_context(context, callback, &PyTuple_GET_ITEM(args, 0), n);
 }
 
 /* One handle of the run phase: 1 if it was cancelled (skipped), 0 if it
@@ -1793,10 +1830,54 @@ native_configure(PyObject *module, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
+/* set_twin(function, twin): run twin(self) for a handle whose callback is
+ * a bound method of *function* (None: no twin for it any more). */
+static PyObject *
+native_set_twin(PyObject *module, PyObject *args)
+{
+    PyObject *func, *twin;
+    if (!PyArg_ParseTuple(args, "OO:set_twin", &func, &twin)) {
+        return NULL;
+    }
+    for (int i = 0; i < n_twins; i++) {
+        if (twin_funcs[i] == func) {
+            if (twin == Py_None) {
+                Py_DECREF(twin_funcs[i]);
+                Py_DECREF(twin_impls[i]);
+                n_twins--;
+                twin_funcs[i] = twin_funcs[n_twins];
+                twin_impls[i] = twin_impls[n_twins];
+            }
+            else {
+                Py_SETREF(twin_impls[i], Py_NewRef(twin));
+            }
+            Py_RETURN_NONE;
+        }
+    }
+    if (twin == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (!PyCallable_Check(twin)) {
+        PyErr_SetString(PyExc_TypeError, "a twin must be callable");
+        return NULL;
+    }
+    if (n_twins == MAX_TWINS) {
+        PyErr_SetString(PyExc_RuntimeError, "too many twins");
+        return NULL;
+    }
+    twin_funcs[n_twins] = Py_NewRef(func);
+    twin_impls[n_twins] = Py_NewRef(twin);
+    n_twins++;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef native_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))native_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(handle, asyncio_handle, timer_handle, asyncio_timer, counters, error_context, "
      "sleep_callback, far_delay): the Python classes the hot paths build and write."},
+    {"set_twin", (PyCFunction)native_set_twin, METH_VARARGS,
+     "set_twin(function, twin): a handle whose callback is a bound method of function, "
+     "with no arguments, runs twin(self) instead (None removes it)."},
     {"configure_dispatch", (PyCFunction)native_configure_dispatch, METH_VARARGS,
      "configure_dispatch(FdRegistry.dispatch, READER_BITS, WRITER_BITS): the fd layer's "
      "dispatch, which the iteration then runs natively."},

@@ -81,6 +81,7 @@ from tideloop._fdio.sock import remove_stale_unix_socket, set_reuseport
 from tideloop._fdio.sockets import Network, new_socket
 from tideloop._versions import ANY_NON_STREAM_SOCK, UDP_HEADER_SIZE
 
+from . import native
 from .base import WriteFlowControl, socket_extra
 
 _ANY_NON_STREAM_SOCK: Final = ANY_NON_STREAM_SOCK
@@ -198,7 +199,13 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
                 self._fatal_error(exc, "Fatal write error on datagram transport")
                 return
 
-        # Queue an immutable copy: the caller may reuse its buffer.
+        self._queue(data, addr)
+
+    _sendto_pure = sendto
+
+    def _queue(self, data: bytes | bytearray | memoryview, addr: _Address) -> None:
+        """Queue a datagram until the socket takes it (the native sendto's tail too)."""
+        # An immutable copy: the caller may reuse its buffer.
         self._write_buffer().append((bytes(data), addr))
         self._buffer_size += len(data) + HEADER_SIZE
         self._maybe_pause_protocol()
@@ -234,6 +241,9 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
             self._stop_writing()
             if self._closing:
                 self._call_connection_lost(None)
+
+
+native.install_datagram(DatagramTransport, UDP_READ_SIZE)
 
 
 class DatagramMethods(CoreLoop):

@@ -74,10 +74,11 @@ from typing import Any, Final, Protocol
 from tideloop._core.coreloop import CoreLoop
 from tideloop._core.errors import logger
 from tideloop._core.interfaces import LoopServices
-from tideloop._fdio.registry import FdRegistry
+from tideloop._fdio.registry import READ_BUFFER_SIZE, FdRegistry
 from tideloop._fdio.sock import BOUNDED_WRITES
 from tideloop._versions import WRITE_TYPE_ERROR, WRITELINES_NAME
 
+from . import native
 from .base import TRANSPORT_CONTEXT, ConnectionTracker, WriteFlowControl, bounded_head, socket_extra
 from .tls import SSLTransport, TLSProtocol
 
@@ -306,6 +307,10 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
     # Writing
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        # On the native core (native.py) the class's write is a native
+        # method that does the common case (nothing buffered: one send()
+        # that takes everything) and calls this one, as _write_pure, for
+        # everything else, or _write_tail after a send that took less.
         if type(data) is not bytes:
             if isinstance(data, memoryview):
                 data = _byte_view(data)
@@ -340,9 +345,20 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
             self._start_writing()
         else:
             n = 0
+        self._buffer_tail(data, n)
+
+    _write_pure = write
+
+    def _write_tail(self, data: bytes | bytearray | memoryview, n: int) -> None:
+        """After a first send() that took *n* bytes, not all: wait for the fd, buffer the rest."""
+        self._start_writing()
+        self._buffer_tail(data, n)
+
+    def _buffer_tail(self, data: bytes | bytearray | memoryview, n: int) -> None:
         # Keep bytes as they are (a partly sent one as a view of its tail);
         # copy what the caller could mutate after we return.
         buffer = self._write_buffer()
+        size = len(data)
         if type(data) is bytes:
             buffer.append(memoryview(data)[n:] if n else data)
         else:
@@ -490,6 +506,9 @@ class SocketTransport(WriteFlowControl, asyncio.Transport):
 
     def _reset_empty_waiter(self) -> None:
         self._empty_waiter = None
+
+
+native.install_stream(SocketTransport, READ_BUFFER_SIZE)
 
 
 class StreamMethods(CoreLoop):
