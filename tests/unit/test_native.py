@@ -49,6 +49,9 @@ def test_the_native_core_runs_where_it_is_required() -> None:
     if os.environ.get("TIDELOOP_REQUIRE_NATIVE") != "1" or os.environ.get("TIDELOOP_PURE"):
         pytest.skip("the native core is required only where CI says so")
     assert tideloop.NATIVE, native.REASON
+    from tideloop._transports import native as transports
+
+    assert transports.NATIVE, "the transports' native module was not built"
 
 
 def test_tideloop_pure_forces_the_pure_core() -> None:
@@ -136,4 +139,88 @@ def test_call_soon_keeps_the_pure_signature() -> None:
         with pytest.raises(TypeError, match=r"run_forever\(\) takes 1 positional argument"):
             loop.run_forever(1)  # type: ignore[call-arg]
     finally:
+        loop.close()
+
+
+# -- the transports' native paths (tideloop._transports._native) --
+
+
+def test_the_transports_native_paths_run_with_the_native_core() -> None:
+    from tideloop._transports import datagram, stream
+    from tideloop._transports import native as transports
+
+    assert transports.NATIVE is (native.core is not None)
+    write = stream.SocketTransport.__dict__["write"]
+    sendto = datagram.DatagramTransport.__dict__["sendto"]
+    if transports.NATIVE:
+        # Native methods of the classes, named as the pure ones are.
+        assert type(write).__name__ == "method_descriptor"
+        assert write.__qualname__ == "SocketTransport.write"
+        assert sendto.__qualname__ == "DatagramTransport.sendto"
+    else:
+        assert write is stream.SocketTransport._write_pure
+        assert sendto is datagram.DatagramTransport._sendto_pure
+
+
+def test_a_read_handle_keeps_the_bound_method_it_always_had() -> None:
+    """The core runs a twin in its place: the Handle and its repr do not change."""
+    import socket
+
+    loop = tideloop.new_event_loop()
+    a, b = socket.socketpair()
+    try:
+        got: list[bytes] = []
+
+        class Collect(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                got.append(data)
+                if sum(map(len, got)) >= 5:
+                    loop.stop()
+
+        transport, _ = loop.run_until_complete(loop.connect_accepted_socket(Collect, a))
+        loop.run_until_complete(asyncio.sleep(0))
+        handle = loop._fds.readers[transport._fd]  # type: ignore[attr-defined]
+        assert handle._callback == transport._read_ready  # type: ignore[attr-defined]
+        assert "SocketTransport._read_ready()" in repr(handle)
+        b.send(b"hello")
+        loop.run_forever()
+        assert b"".join(got) == b"hello"
+        transport.close()
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        b.close()
+        loop.close()
+
+
+def test_set_twin_adds_replaces_and_removes() -> None:
+    if native.core is None:
+        pytest.skip(f"no native core here: {native.REASON}")
+    core = native.core
+    ran: list[str] = []
+
+    class Thing:
+        def method(self, arg: object = None) -> None:
+            ran.append(f"pure {arg}")
+
+    thing = Thing()
+    loop = tideloop.new_event_loop()
+    try:
+
+        def run(*calls: tuple[object, ...]) -> None:
+            for args in calls:
+                loop.call_soon(thing.method, *args)
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+
+        core.set_twin(Thing.method, lambda self: ran.append(f"twin {self is thing}"))
+        run(())
+        core.set_twin(Thing.method, lambda self: ran.append("second twin"))
+        run((), (8,))  # with arguments: never a twin
+        core.set_twin(Thing.method, None)
+        run((), (7,))
+        assert ran == ["twin True", "second twin", "pure 8", "pure None", "pure 7"]
+        with pytest.raises(TypeError, match="a twin must be callable"):
+            core.set_twin(Thing.method, 42)
+    finally:
+        core.set_twin(Thing.method, None)
         loop.close()
