@@ -48,6 +48,13 @@
 #include <Python.h>
 #include <structmember.h>
 #include <time.h>
+#include <math.h>
+#include <errno.h>
+#include <limits.h>
+#ifdef __linux__
+#include <sys/epoll.h>
+#define TL_EPOLL 1
+#endif
 
 #if PY_VERSION_HEX >= 0x030C0000
 #define TL_T_OBJECT_EX Py_T_OBJECT_EX
@@ -73,6 +80,7 @@ static PyObject *sleep_callback = NULL;        /* asyncio.futures._set_result_un
 static PyObject *far_delay = NULL;             /* timers.FAR_DELAY */
 static PyObject *registry_dispatch = NULL;     /* FdRegistry.dispatch (the fd layer's) */
 static long reader_bits = 0, writer_bits = 0;  /* pollers.READER_BITS, WRITER_BITS */
+static PyTypeObject *EpollType = NULL;         /* select.epoll, where it exists */
 
 /* Offsets of asyncio.Handle's slots. */
 static Py_ssize_t off_context, off_loop, off_callback, off_args, off_cancelled, off_repr,
@@ -349,6 +357,9 @@ typedef struct {
     PyObject *clock_resolution;  /* _clock_resolution */
     PyObject *slow_duration;     /* slow_callback_duration */
     PyObject *bare_context;      /* _bare_context: asyncio.sleep()'s timers' context */
+#ifdef TL_EPOLL
+    struct epoll_event *events;  /* the raw poll's buffer (PyMem), made on first use */
+#endif
 } Core;
 
 static PyTypeObject CoreType;
@@ -411,6 +422,10 @@ core_dealloc(Core *self)
 {
     PyObject_GC_UnTrack(self);
     core_clear(self);
+#ifdef TL_EPOLL
+    PyMem_Free(self->events);
+    self->events = NULL;
+#endif
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1092,11 +1107,20 @@ run_handle(PyObject *handle, PyObject *context, PyObject *callback, PyObject *ar
 
 /* One handle of the run phase: 1 if it was cancelled (skipped), 0 if it
  * ran (its error reported), -1 to propagate. Steals *handle*. */
+/* An asyncio.Handle (ours first: no walk of the bases for them)? */
+static inline int
+is_asyncio_handle(PyObject *handle)
+{
+    PyTypeObject *t = Py_TYPE(handle);
+    return t == HandleType || t == TimerHandleType ||
+           (AsyncioHandleType != NULL && PyType_IsSubtype(t, AsyncioHandleType));
+}
+
 static int
 run_one(Core *self, PyObject *handle)
 {
     int rc;
-    if (AsyncioHandleType != NULL && PyObject_TypeCheck(handle, AsyncioHandleType)) {
+    if (is_asyncio_handle(handle)) {
         PyObject *cancelled = SLOT(handle, off_cancelled);
         if (cancelled == Py_True) {
             Py_DECREF(handle);
@@ -1166,7 +1190,7 @@ run_one(Core *self, PyObject *handle)
 static int
 handle_cancelled(PyObject *handle)
 {
-    if (AsyncioHandleType != NULL && PyObject_TypeCheck(handle, AsyncioHandleType)) {
+    if (is_asyncio_handle(handle)) {
         PyObject *c = SLOT(handle, off_cancelled);
         if (c == Py_False || c == NULL) {
             return 0;
@@ -1265,16 +1289,205 @@ done:
 static PyObject *
 native_configure_dispatch(PyObject *module, PyObject *args)
 {
-    PyObject *func;
+    PyObject *func, *epoll = Py_None;
     long rbits, wbits;
-    if (!PyArg_ParseTuple(args, "Oll:configure_dispatch", &func, &rbits, &wbits)) {
+    if (!PyArg_ParseTuple(args, "Oll|O:configure_dispatch", &func, &rbits, &wbits, &epoll)) {
         return NULL;
     }
+    if (epoll != Py_None && !PyType_Check(epoll)) {
+        PyErr_SetString(PyExc_TypeError, "epoll must be select.epoll or None");
+        return NULL;
+    }
+    Py_XSETREF(EpollType, epoll == Py_None ? NULL : (PyTypeObject *)Py_NewRef(epoll));
     Py_XSETREF(registry_dispatch, Py_NewRef(func));
     reader_bits = rbits;
     writer_bits = wbits;
     Py_RETURN_NONE;
 }
+
+/* ------------------------------------------------------------------ */
+/* The raw poll: select.epoll's poll, made here                         */
+
+/* Facts / what this means for us:
+ * - select.epoll.poll(timeout) is epoll_wait(2) into a buffer it allocates
+ *   per call (FD_SETSIZE - 1 events: 12 KiB, a malloc and a free each
+ *   time), then a list of (fd, events) tuples built with Py_BuildValue,
+ *   which the dispatch then takes apart again: per event, most of what
+ *   the loop's own work costs.
+ * - So when the loop polls a select.epoll object's own poll method and
+ *   dispatches with the fd registry's own dispatch (nothing wraps either:
+ *   no virtual clock, no schedule, no fake), the iteration makes that
+ *   epoll_wait itself, into a buffer it keeps, and dispatches the events
+ *   from it. The call is the one select.epoll makes: the timeout in
+ *   milliseconds rounded up (never early), -1 to block, the GIL released
+ *   around it, EINTR retried after running signal handlers with the time
+ *   left (PEP 475), errors raised as OSError from errno. Events are
+ *   registered by select.epoll with data.fd = the fd.
+ * - Anything else (a wrapped poll or dispatch) takes the Python path,
+ *   unchanged. */
+
+#ifdef TL_EPOLL
+#define RAW_EVENTS 1023 /* select.epoll's default maxevents: FD_SETSIZE - 1 */
+
+/* The epoll object whose poll the loop calls, if the raw poll applies
+ * (borrowed), else NULL. */
+static PyObject *
+raw_epoll_object(Core *self)
+{
+    if (EpollType == NULL || self->clock_wait != Py_None || registry_dispatch == NULL ||
+        !PyCFunction_Check(self->poll) || !PyMethod_Check(self->dispatch) ||
+        PyMethod_GET_FUNCTION(self->dispatch) != registry_dispatch) {
+        return NULL;
+    }
+    PyObject *ep = PyCFunction_GET_SELF(self->poll);
+    if (ep == NULL || Py_TYPE(ep) != EpollType ||
+        strcmp(((PyCFunctionObject *)self->poll)->m_ml->ml_name, "poll") != 0) {
+        return NULL;
+    }
+    return ep;
+}
+
+static double
+monotonic_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Milliseconds for epoll_wait, as select.epoll rounds a timeout in seconds
+ * (to nanoseconds, then to milliseconds, each time up). */
+static int
+timeout_ms(double seconds, int *ms)
+{
+    double ns = ceil(seconds * 1e9);
+    double m = ceil(ns / 1e6);
+    if (m > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "timeout is too large");
+        return -1;
+    }
+    *ms = m < 0 ? -1 : (int)m;
+    return 0;
+}
+
+/* epoll_wait on *ep*'s fd into self->events: the number of events, or -1
+ * with an error set. */
+static int
+raw_poll(Core *self, PyObject *ep, int block_forever, double timeout)
+{
+    if (self->events == NULL) {
+        self->events = PyMem_New(struct epoll_event, RAW_EVENTS);
+        if (self->events == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    PyObject *fdobj = PyObject_CallMethod(ep, "fileno", NULL);
+    if (fdobj == NULL) {
+        return -1; /* a closed epoll object: its ValueError */
+    }
+    int epfd = (int)PyLong_AsLong(fdobj);
+    Py_DECREF(fdobj);
+    if (epfd == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    int ms = -1;
+    double deadline = 0.0;
+    if (!block_forever) {
+        if (timeout_ms(timeout, &ms) < 0) {
+            return -1;
+        }
+        deadline = monotonic_now() + timeout;
+    }
+    for (;;) {
+        int n;
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        n = epoll_wait(epfd, self->events, RAW_EVENTS, ms);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (n >= 0) {
+            return n;
+        }
+        if (err != EINTR) {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            return -1;
+        }
+        if (!block_forever) {
+            double left = deadline - monotonic_now();
+            if (left < 0) {
+                return 0;
+            }
+            if (timeout_ms(left, &ms) < 0) {
+                return -1;
+            }
+        }
+    }
+}
+
+/* FdRegistry.dispatch for the raw poll's *n* events (the registry is the
+ * dispatch's bound self). 0, or -1 with an error set. */
+static int
+raw_dispatch(Core *self, int n)
+{
+    PyObject *registry = PyMethod_GET_SELF(self->dispatch);
+    PyObject *ready = PyObject_GetAttr(registry, s_ready_attr);
+    PyObject *readers = ready ? PyObject_GetAttr(registry, s_readers) : NULL;
+    PyObject *writers = readers ? PyObject_GetAttr(registry, s_writers) : NULL;
+    int rc = -1;
+    if (writers == NULL) {
+        goto done;
+    }
+    if (!PyObject_TypeCheck(ready, &ReadyQueueType) || !PyDict_CheckExact(readers) ||
+        !PyDict_CheckExact(writers)) {
+        /* Not the registry we know: its dispatch, with the list it takes. */
+        PyObject *events = PyList_New(n);
+        if (events == NULL) {
+            goto done;
+        }
+        for (int i = 0; i < n; i++) {
+            PyObject *ev = Py_BuildValue("iI", self->events[i].data.fd, self->events[i].events);
+            if (ev == NULL) {
+                Py_DECREF(events);
+                goto done;
+            }
+            PyList_SET_ITEM(events, i, ev);
+        }
+        PyObject *r = PyObject_CallOneArg(self->dispatch, events);
+        Py_DECREF(events);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        /* Read from the buffer each time: a dispatch side runs Python code
+         * (remove_reader) but never polls, so the buffer stays as it is. */
+        long bits = (long)self->events[i].events;
+        PyObject *fd = PyLong_FromLong(self->events[i].data.fd);
+        if (fd == NULL) {
+            goto done;
+        }
+        int failed = ((bits & reader_bits) &&
+                      dispatch_side(registry, readers, fd, (ReadyQueue *)ready, s_remove_reader) < 0) ||
+                     ((bits & writer_bits) &&
+                      dispatch_side(registry, writers, fd, (ReadyQueue *)ready, s_remove_writer) < 0);
+        Py_DECREF(fd);
+        if (failed) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(ready);
+    Py_XDECREF(readers);
+    Py_XDECREF(writers);
+    return rc;
+}
+#endif
 
 /* ------------------------------------------------------------------ */
 /* _run_once                                                            */
@@ -1413,6 +1626,13 @@ run_once(Core *self)
     /* 3. poll (with the metrics' clock reads), then dispatch */
     double t, mark;
     PyObject *wait = self->clock_wait;
+    /* The raw poll (see raw_poll), when nothing wraps the poll or the
+     * dispatch: its events are dispatched from its buffer (nraw of them). */
+    PyObject *raw_ep = NULL;
+    int nraw = 0;
+#ifdef TL_EPOLL
+    raw_ep = raw_epoll_object(self);
+#endif
     if (!block_forever && timeout == 0.0 && wait == Py_None) {
         /* A poll that cannot block counts as busy time. */
         t = real_time();
@@ -1439,7 +1659,16 @@ run_once(Core *self)
                 goto done;
             }
         }
-        if (polled || others) {
+        if ((polled || others) && raw_ep != NULL) {
+#ifdef TL_EPOLL
+            nraw = raw_poll(self, raw_ep, 0, 0.0);
+            if (nraw < 0) {
+                goto done;
+            }
+            events = Py_NewRef(NO_EVENTS);
+#endif
+        }
+        else if (polled || others) {
             PyObject *zero = PyFloat_FromDouble(0.0);
             if (zero == NULL) {
                 goto done;
@@ -1464,19 +1693,30 @@ run_once(Core *self)
             slot_set_double(counters, off_poll_start, t) < 0 || slot_add_int(counters, off_seq, 1) < 0) {
             goto done;
         }
-        PyObject *timeout_obj = block_forever ? Py_NewRef(Py_None) : PyFloat_FromDouble(timeout);
-        if (timeout_obj == NULL) {
-            goto done;
-        }
-        if (wait == Py_None) {
-            events = PyObject_CallOneArg(self->poll, timeout_obj);
+        if (raw_ep != NULL) {
+#ifdef TL_EPOLL
+            nraw = raw_poll(self, raw_ep, block_forever, timeout);
+            if (nraw < 0) {
+                goto done;
+            }
+            events = Py_NewRef(NO_EVENTS);
+#endif
         }
         else {
-            events = PyObject_CallFunctionObjArgs(wait, self->poll, timeout_obj, NULL);
-        }
-        Py_DECREF(timeout_obj);
-        if (events == NULL) {
-            goto done;
+            PyObject *timeout_obj = block_forever ? Py_NewRef(Py_None) : PyFloat_FromDouble(timeout);
+            if (timeout_obj == NULL) {
+                goto done;
+            }
+            if (wait == Py_None) {
+                events = PyObject_CallOneArg(self->poll, timeout_obj);
+            }
+            else {
+                events = PyObject_CallFunctionObjArgs(wait, self->poll, timeout_obj, NULL);
+            }
+            Py_DECREF(timeout_obj);
+            if (events == NULL) {
+                goto done;
+            }
         }
         if (slot_add_int(counters, off_seq, 1) < 0) {
             goto done;
@@ -1493,6 +1733,11 @@ run_once(Core *self)
     if (slot_add_int(counters, off_iterations, 1) < 0) {
         goto done;
     }
+#ifdef TL_EPOLL
+    if (nraw > 0 && raw_dispatch(self, nraw) < 0) {
+        goto done;
+    }
+#endif
     int have_events = PyList_CheckExact(events) ? PyList_GET_SIZE(events) > 0 : PyObject_IsTrue(events);
     if (have_events < 0) {
         goto done;
@@ -1879,8 +2124,9 @@ static PyMethodDef native_methods[] = {
      "set_twin(function, twin): a handle whose callback is a bound method of function, "
      "with no arguments, runs twin(self) instead (None removes it)."},
     {"configure_dispatch", (PyCFunction)native_configure_dispatch, METH_VARARGS,
-     "configure_dispatch(FdRegistry.dispatch, READER_BITS, WRITER_BITS): the fd layer's "
-     "dispatch, which the iteration then runs natively."},
+     "configure_dispatch(FdRegistry.dispatch, READER_BITS, WRITER_BITS, epoll=None): the fd "
+     "layer's dispatch, which the iteration then runs natively (and select.epoll, whose poll "
+     "it then makes itself)."},
     {NULL, NULL, 0, NULL},
 };
 

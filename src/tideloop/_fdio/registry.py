@@ -56,6 +56,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import select
 import sys
 import weakref
 from collections.abc import Callable
@@ -396,6 +397,10 @@ class FdMethods(CoreLoop):
 
 
 # The native core runs this registry's dispatch itself (the same code, in
-# C, without a frame per iteration), when it is the one the core polls.
+# C, without a frame per iteration), when it is the one the core polls; and
+# when the poller's poll is select.epoll's own, it makes that epoll_wait
+# itself and dispatches from its own buffer (no tuple per event).
 if native.core is not None:
-    native.core.configure_dispatch(FdRegistry.dispatch, READER_BITS, WRITER_BITS)
+    native.core.configure_dispatch(
+        FdRegistry.dispatch, READER_BITS, WRITER_BITS, getattr(select, "epoll", None)
+    )

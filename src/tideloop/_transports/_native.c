@@ -76,6 +76,7 @@ static char read_buf[READ_BUF_SIZE];
 /* Module-wide state: set once by configure_*(), read by the hot paths. */
 
 static PyTypeObject *SockType = NULL;        /* socket.socket */
+static PyCFunction sock_fileno = NULL;       /* _socket.socket.fileno's C function (METH_NOARGS) */
 static PyTypeObject *StreamType = NULL;      /* stream.SocketTransport */
 static PyObject *stream_pure_read = NULL;    /* SocketTransport._read_ready (the function) */
 static PyObject *stream_pure_write = NULL;   /* the pure SocketTransport.write (the function) */
@@ -183,8 +184,16 @@ handle_error(PyObject *self, int how, PyObject *protocol, PyObject *msg)
 static int
 sock_fd(PyObject *sock, int *fd)
 {
-    PyObject *stack[] = {sock};
-    PyObject *r = PyObject_VectorcallMethod(s_fileno, stack, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *r;
+    if (sock_fileno != NULL && Py_TYPE(sock) == SockType) {
+        /* The method the lookup would find (configure_stream checked),
+         * called as its descriptor calls it. */
+        r = sock_fileno(sock, NULL);
+    }
+    else {
+        PyObject *stack[] = {sock};
+        r = PyObject_VectorcallMethod(s_fileno, stack, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
     if (r == NULL) {
         return -1;
     }
@@ -828,6 +837,21 @@ configure_stream(PyObject *module, PyObject *args)
         slot_offset(t, "_buffer_size", &off_buffer_size) < 0) {
         return NULL;
     }
+    /* socket.socket.fileno: _socket.socket's own METH_NOARGS method, unless
+     * a Python release overrides it (then it is called by name). */
+    PyObject *fileno = PyObject_GetAttr(sock_type, s_fileno);
+    if (fileno == NULL) {
+        return NULL;
+    }
+    sock_fileno = NULL;
+    if (Py_IS_TYPE(fileno, &PyMethodDescr_Type)) {
+        PyMethodDef *def = ((PyMethodDescrObject *)fileno)->d_method;
+        if ((def->ml_flags & (METH_NOARGS | METH_VARARGS | METH_O | METH_FASTCALL | METH_KEYWORDS |
+                              METH_METHOD)) == METH_NOARGS) {
+            sock_fileno = def->ml_meth;
+        }
+    }
+    Py_DECREF(fileno); /* the type holds the descriptor, and we hold the type */
     Py_XSETREF(StreamType, (PyTypeObject *)Py_NewRef(cls));
     Py_XSETREF(SockType, (PyTypeObject *)Py_NewRef(sock_type));
     Py_XSETREF(stream_pure_read, Py_NewRef(read));
