@@ -15,6 +15,8 @@ from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
 from ._core.native import NATIVE
 from ._entry import install, run
 from ._loop import Loop, new_event_loop
+from ._recorder import Recorder
+from ._trace import trace
 
 __all__ = [
     "LAG_BOUNDS",
@@ -22,11 +24,13 @@ __all__ = [
     "EventLoopPolicy",
     "Loop",
     "LoopMetrics",
+    "Recorder",
     "SlowCallback",
     "__version__",
     "install",
     "new_event_loop",
     "run",
+    "trace",
 ]
 
 __version__ = "0.1.0"

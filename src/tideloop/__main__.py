@@ -7,11 +7,14 @@ script runs as ``__main__`` with ``sys.argv`` and ``sys.path[0]`` set as
 ``asyncio.new_event_loop()`` and ``asyncio.get_event_loop()`` get tideloop
 loops. ``-m MODULE`` runs a module the same way; ``--version`` prints the
 version. ``--stats`` prints the loops' metrics to stderr at exit (see
-``tideloop._stats``), also when the program fails.
+``tideloop._stats``), also when the program fails. ``--trace FILE`` writes
+a Perfetto trace of every loop the program creates to FILE (see
+``tideloop._trace``), finished also when the program fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -20,10 +23,11 @@ from . import __version__
 from ._core.native import core_description
 from ._entry import install_policy
 from ._stats import StatsCollector
+from ._trace import Trace
 
 USAGE = """\
 usage: python -m tideloop [--version] [--stats [--slow-threshold SECONDS]]
-                          (SCRIPT | -m MODULE) [ARGS...]
+                          [--trace FILE] (SCRIPT | -m MODULE) [ARGS...]
 
 Run an asyncio program with tideloop as its event loop.
 
@@ -31,6 +35,10 @@ Run an asyncio program with tideloop as its event loop.
                            iterations, utilisation, timer lag percentiles
                            and the slowest callbacks with their task names
   --slow-threshold SECONDS a callback running this long is slow (0.1)
+  --trace FILE             write a trace of what the loops did to FILE
+                           (Chrome/Perfetto trace-event JSON: open it in
+                           ui.perfetto.dev): tasks, callbacks, I/O, timers,
+                           executor jobs, subprocesses, loop iterations
 """
 
 
@@ -49,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stats = False
     threshold = 0.1
+    trace_path: str | None = None
     while args and args[0].startswith("-") and args[0] != "-m":
         option = args.pop(0)
         if option == "--stats":
@@ -66,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(f"--slow-threshold: not a number: {value!r}")
             if not threshold >= 0:
                 return _fail(f"--slow-threshold must be >= 0, got {value}")
+        elif option == "--trace" or option.startswith("--trace="):
+            if "=" in option:
+                trace_path = option.partition("=")[2]
+            elif args:
+                trace_path = args.pop(0)
+            if not trace_path:
+                return _fail("--trace needs a file name")
         else:
             return _fail(f"unknown option {option}")
     if not args:
@@ -73,14 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] == "-m" and len(args) < 2:
         return _fail("-m needs a module name")
     install_policy()
-    if not stats:
-        _run(args)
-        return 0
-    with StatsCollector(threshold) as collector:
-        try:
+    with contextlib.ExitStack() as stack:
+        if trace_path is not None:
+            try:
+                stack.enter_context(Trace(trace_path))
+            except OSError as exc:
+                return _fail(f"--trace: cannot write {trace_path}: {exc.strerror}")
+        if not stats:
             _run(args)
-        finally:
-            sys.stderr.write(collector.report())
+            return 0
+        with StatsCollector(threshold) as collector:
+            try:
+                _run(args)
+            finally:
+                sys.stderr.write(collector.report())
     return 0
 
 

@@ -72,7 +72,8 @@ kind           args
                ``delay``, ``when`` (loop time), ``site`` (a `Site`: the
                program's line that armed it), ``callback``.
 ``job``        an executor job submitted: ``job``, ``func``, ``site``.
-``job-run``    the job ran (in its worker thread): ``job``, ``ok``.
+``job-run``    the job ran (in its worker thread): ``job``, ``ok``,
+               ``thread_name``.
 ``spawn``      a subprocess started: ``pid``, ``program``, ``site``;
                ``dur`` is how long starting it took.
 ``exit``       a subprocess exited: ``pid``, ``returncode``.
@@ -1143,7 +1144,7 @@ class _Job:
                     0,
                     f"job {self.number}: {self.described}",
                     self.seq,
-                    {"job": self.number, "ok": ok},
+                    {"job": self.number, "ok": ok, "thread_name": threading.current_thread().name},
                 )
             )
 

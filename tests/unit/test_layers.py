@@ -57,6 +57,7 @@ TOP = {
     "_version",
     "_stats",
     "_recorder",
+    "_trace",
 }
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of
