@@ -53,7 +53,8 @@ kind           args
                in polls), ``events`` (fds reported ready), ``ran``
                (callbacks). It spans from the end of the previous run
                phase to the end of this one: iterations tile the run.
-``poll``       ``timeout`` (None: no limit), ``events``.
+``poll``       a poll that could block (``timeout`` > 0 or None: no
+               limit), or that found fds ready; ``events``.
 ``step``       a task's step. ``coro`` (the coroutine's qualified name),
                ``resumed`` and ``suspended`` (a `Site`: where the task's
                own code was suspended before and after the step; None
@@ -61,7 +62,8 @@ kind           args
                function the await ended in, e.g. ``sleep``, or None),
                ``outcome`` (``await``, ``yield`` (a bare yield: it woke
                itself), ``done``, ``error``, ``cancelled``), ``source``,
-               ``slow`` (bool). ``task`` is set.
+               ``slow`` (bool: it ran at least the lowest ``slow``
+               threshold of the recorders attached). ``task`` is set.
 ``callback``   any other callback. ``callback`` (its description),
                ``source``, ``slow``; for I/O ``fd`` and ``mode``; for a
                timer ``timer`` (number) and ``lag`` (seconds late).
@@ -163,6 +165,8 @@ _LIBRARY_DIRS: Final = (
 _MAX_DEPTH: Final = 64
 
 _PROCESS_EXITED: Final = getattr(SubprocessTransport, "_process_exited", None)
+#: asyncio's Task (the C one where built): the common case of an exact type check.
+_Task: Final = asyncio.Task
 
 
 class Site(NamedTuple):
@@ -177,7 +181,16 @@ def site_text(site: Site | None) -> str:
     """``file:line in func`` (the file's base name), or ``?``."""
     if site is None:
         return "?"
-    return f"{os.path.basename(site.file)}:{site.line} in {site.func}"
+    text = _site_texts.get(site)
+    if text is None:
+        if len(_site_texts) > 4096:
+            _site_texts.clear()
+        text = _site_texts[site] = f"{os.path.basename(site.file)}:{site.line} in {site.func}"
+    return text
+
+
+#: site_text's answers (a program has few distinct await sites).
+_site_texts: dict[Site, str] = {}
 
 
 class Event(NamedTuple):
@@ -367,20 +380,6 @@ _loop_numbers = itertools.count(1)
 _task_numbers = itertools.count(1)
 
 
-class _Running(NamedTuple):
-    """The callback the run phase is running, as `_Tap.before` found it."""
-
-    callback: Any
-    args: Any
-    seq: int
-    cause: int
-    source: str
-    time: float
-    fd: int
-    mode: str
-    timer: int
-
-
 class _Shadow:
     """One recording entry point in a loop instance's dict, and what was there."""
 
@@ -426,8 +425,11 @@ class _Tap:
         # The callback running now: its seq and, for a step, its task's number.
         self.current = 0
         self.current_task = 0
-        self._cur: _Running | None = None
-        self._thread = 0
+        self._cur: tuple[Any, Any, int, int, str, float, int, str, int] | None = None
+        self._ident = threading.get_ident()
+        self._thread = _native_id()
+        #: The lowest slow threshold of the recorders attached.
+        self.slow_threshold = float("inf")
         self._time: Callable[[], float] = loop.time
         self._phase_start_real = 0.0
         self._iter_start = _real_time()
@@ -453,6 +455,7 @@ class _Tap:
     def _reconfigure(self) -> None:
         loop = self.loop()
         want_full = any(r.wants_events for r in self.recorders)
+        self.slow_threshold = min((r.slow_threshold for r in self.recorders), default=float("inf"))
         if loop is None:
             self.full = want_full
             return
@@ -571,23 +574,35 @@ class _Tap:
     # The run phase (RunRecorder)
 
     def phase_start(self) -> None:
-        self._thread = _native_id()
-        self._phase_start_real = _real_time()
-        loop = self.loop()
-        if loop is not None:
-            self._time = loop.time  # what the program's loop.time is now
+        ident = threading.get_ident()
+        if ident != self._ident:  # the loop runs in another thread than before
+            self._ident = ident
+            self._thread = _native_id()
+        if self.full:
+            loop = self.loop()
+            if loop is not None:
+                self._time = loop.time  # what the program's loop.time is now
 
     def before(self, handle: asyncio.Handle) -> None:
         cb: Any = handle._callback  # type: ignore[attr-defined]
+        owner = getattr(cb, "__self__", None)
+        if not self.full:
+            # Light: only a task's first step matters (is it its start?).
+            if type(owner) is not _Task and not isinstance(owner, asyncio.Task):
+                self._cur = None
+                return
+            self._cur = (cb, None, 0, 0, "?", 0.0, -1, "", 0)
+            self.current_task = self._first_step(owner)
+            return
         args: Any = handle._args
         key: object = handle
-        if type(handle) is LockedRun:
+        if type(handle) is LockedRun and owner is not None:
             # call_soon_threadsafe's handle, queued behind its locking runner.
-            inner: Any = getattr(cb, "__self__", None)
-            if inner is not None:
-                key = inner
-                cb = inner._callback
-                args = inner._args
+            inner: Any = owner
+            key = inner
+            cb = inner._callback
+            args = inner._args
+            owner = getattr(cb, "__self__", None)
         cause = 0
         source = "?"
         fd = -1
@@ -602,23 +617,26 @@ class _Tap:
             if armed is not None:
                 timer = armed[1]
                 cause = armed[2]
-        seq = self.next_seq()
-        owner = getattr(cb, "__self__", None)
+        seq = next(self._seq)
         task = 0
-        if isinstance(owner, asyncio.Task):
-            info = self._info(owner)
-            task = info.number
-            if not info.steps and not info.started_seen:
-                coro: Any = owner.get_coro()
-                # Created, not yet started: a frame, neither running nor
-                # suspended (inspect.getcoroutinestate's test).
-                if getattr(coro, "cr_frame", None) is not None and not (
-                    getattr(coro, "cr_suspended", True) or coro.cr_running
-                ):
-                    info.started_seen = True  # its first step: seen from the start
-        self._cur = _Running(cb, args, seq, cause, source, self._time(), fd, mode, timer)
+        if type(owner) is _Task or isinstance(owner, asyncio.Task):
+            task = self._first_step(owner)
+        self._cur = (cb, args, seq, cause, source, self._time(), fd, mode, timer)
         self.current = seq
         self.current_task = task
+
+    def _first_step(self, task: asyncio.Task[Any]) -> int:
+        """The task's number; notes whether this step is its first."""
+        info = self._info(task)
+        if not info.steps and not info.started_seen:
+            coro: Any = task.get_coro()
+            # Created, not yet started: a frame, neither running nor
+            # suspended (inspect.getcoroutinestate's test).
+            if getattr(coro, "cr_frame", None) is not None and not (
+                getattr(coro, "cr_suspended", True) or coro.cr_running
+            ):
+                info.started_seen = True  # its first step: seen from the start
+        return info.number
 
     def _info(self, task: asyncio.Task[Any]) -> TaskInfo:
         info = self.tasks.get(id(task))
@@ -639,75 +657,22 @@ class _Tap:
 
     def after(self, handle: asyncio.Handle, start: float, took: float) -> None:
         cur = self._cur
+        if cur is None:
+            return
         self._cur = None
         self.current = 0
         self.current_task = 0
-        if cur is None:
-            return
         cb, args, seq, cause, source, time, fd, mode, timer = cur
         owner = getattr(cb, "__self__", None)
-        recorders = self.recorders
-        slow = any(took >= r.slow_threshold for r in recorders)
-        want_all = self.full
-        if isinstance(owner, asyncio.Task):
-            info = self._info(owner)
-            info.steps += 1
-            info.busy += took
-            info.max_step = max(info.max_step, took)
-            name = owner.get_name()
-            info.name = name
-            if owner.done():
-                site = None
-                leaf = None
-                # Not owner.exception(): that would mark a failure retrieved,
-                # and asyncio would no longer report it if nobody looks.
-                if owner.cancelled():
-                    outcome = "cancelled"
-                elif getattr(owner, "_exception", None) is not None:
-                    outcome = "error"
-                else:
-                    outcome = "done"
-                info.outcome = outcome
-            else:
-                site, leaf = suspension(owner.get_coro())
-                if getattr(owner, "_fut_waiter", None) is None:
-                    outcome = "yield"
-                    info.self_wakes += 1
-                else:
-                    outcome = "await"
-            resumed = info.suspended
-            info.suspended = site
-            info.waits_in = leaf
-            if not (want_all or slow):
-                return
-            event = Event(
-                seq,
-                "step",
-                self.number,
-                start,
-                time,
-                took,
-                self._thread,
-                info.number,
-                f"{name} {info.coro}",
-                cause,
-                {
-                    "coro": info.coro,
-                    "resumed": resumed,
-                    "suspended": site,
-                    "waits_in": leaf,
-                    "outcome": outcome,
-                    "source": source,
-                    "slow": slow,
-                },
-            )
-            self.emit(event)
+        slow = took >= self.slow_threshold
+        full = self.full
+        if type(owner) is _Task or isinstance(owner, asyncio.Task):
+            self._step(owner, cur, start, took, slow)
+            return
+        if not (full or slow):
             return
         if cb is not None and getattr(cb, "__func__", None) is _PROCESS_EXITED and args:
-            transport: Any = owner
-            self._exit(transport, args[0], start, time)
-        if not (want_all or slow):
-            return
+            self._exit(owner, args[0], start, time)
         described = describe_callback(cb)
         details: dict[str, Any] = {"callback": described, "source": source, "slow": slow}
         if fd >= 0:
@@ -732,41 +697,109 @@ class _Tap:
             )
         )
 
+    def _step(
+        self, task: asyncio.Task[Any], cur: tuple[Any, ...], start: float, took: float, slow: bool
+    ) -> None:
+        seq: int = cur[2]
+        cause: int = cur[3]
+        source: str = cur[4]
+        time: float = cur[5]
+        info = self._info(task)
+        info.steps += 1
+        info.busy += took
+        info.max_step = max(info.max_step, took)
+        full = self.full
+        site: Site | None = None
+        leaf: str | None = None
+        if task.done():
+            # Not task.exception(): that would mark a failure retrieved,
+            # and asyncio would no longer report it if nobody looks.
+            if task.cancelled():
+                outcome = "cancelled"
+            elif getattr(task, "_exception", None) is not None:
+                outcome = "error"
+            else:
+                outcome = "done"
+            info.outcome = outcome
+        else:
+            if getattr(task, "_fut_waiter", None) is None:
+                outcome = "yield"
+                info.self_wakes += 1
+            else:
+                outcome = "await"
+            if not (full or slow):
+                return
+            site, leaf = suspension(task.get_coro())
+        if not (full or slow):
+            return
+        resumed = info.suspended
+        info.suspended = site
+        info.waits_in = leaf
+        name = task.get_name()
+        info.name = name
+        if not seq:  # light: a slow step, numbered now
+            seq = next(self._seq)
+        self.emit(
+            Event(
+                seq,
+                "step",
+                self.number,
+                start,
+                time or start,
+                took,
+                self._thread,
+                info.number,
+                f"{name} {info.coro}",
+                cause,
+                {
+                    "coro": info.coro,
+                    "resumed": resumed,
+                    "suspended": site,
+                    "waits_in": leaf,
+                    "outcome": outcome,
+                    "source": source,
+                    "slow": slow,
+                },
+            )
+        )
+
     def phase_end(self, ran: int) -> None:
         self._cur = None
         self.current = 0
         self.current_task = 0
+        if not self.full:
+            return
         loop = self.loop()
         if loop is None:
             return
         end = _real_time()
         counters = loop._counters
-        blocked = counters.idle_time - self._iter_blocked_at
-        self._iter_blocked_at = counters.idle_time
+        idle = counters.idle_time
+        blocked = idle - self._iter_blocked_at
+        self._iter_blocked_at = idle
         start = self._iter_start
-        if self.full:
-            self.emit(
-                Event(
-                    self.next_seq(),
-                    "iteration",
-                    self.number,
-                    start,
-                    self._iter_time,
-                    end - start,
-                    self._thread,
-                    0,
-                    "iteration",
-                    0,
-                    {
-                        "n": counters.iterations,
-                        "blocked": blocked,
-                        "events": self._iter_events,
-                        "ran": ran,
-                    },
-                )
+        self.emit(
+            Event(
+                next(self._seq),
+                "iteration",
+                self.number,
+                start,
+                self._iter_time,
+                end - start,
+                self._thread,
+                0,
+                "iteration",
+                0,
+                {
+                    "n": counters.iterations,
+                    "blocked": blocked,
+                    "events": self._iter_events,
+                    "ran": ran,
+                },
             )
+        )
         self._iter_start = end
-        self._iter_time = loop.time()
+        self._iter_time = self._time()
         self._iter_events = 0
 
     # ------------------------------------------------------------------
@@ -776,26 +809,33 @@ class _Tap:
         tap = self
 
         def recording_poll(timeout: float | None) -> list[tuple[int, int]]:
-            real = _real_time()
-            time = tap._now()
-            events = poll(timeout)
+            if timeout == 0:
+                # A look that cannot block: recorded only if it found something.
+                real = _real_time()
+                events = poll(timeout)
+                if not events or not tap.full:
+                    return events
+            else:
+                real = _real_time()
+                events = poll(timeout)
+                if not tap.full:
+                    return events
             took = _real_time() - real
-            if tap.full:
-                tap.emit(
-                    Event(
-                        tap.next_seq(),
-                        "poll",
-                        tap.number,
-                        real,
-                        time,
-                        took,
-                        _native_id(),
-                        0,
-                        "poll",
-                        0,
-                        {"timeout": timeout, "events": len(events)},
-                    )
+            tap.emit(
+                Event(
+                    next(tap._seq),
+                    "poll",
+                    tap.number,
+                    real,
+                    tap._time(),
+                    took,
+                    tap._thread,
+                    0,
+                    "poll",
+                    0,
+                    {"timeout": timeout, "events": len(events)},
                 )
+            )
             return events
 
         recording_poll._tideloop_tap = self  # type: ignore[attr-defined]
@@ -1304,8 +1344,9 @@ class Recorder:
 
     def _take(self, event: Event) -> None:
         kind = event.kind
-        if kind in ("step", "callback") and event.args.get("slow"):
-            self.slow.append(event)
+        if kind in ("step", "callback"):
+            if event.dur >= self.slow_threshold:
+                self.slow.append(event)
         elif kind == "error":
             self.errors.append(event)
         if self.wants_events and self.limit != 0:
