@@ -58,6 +58,7 @@ TOP = {
     "_stats",
     "_recorder",
     "_trace",
+    "otel",
 }
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of
