@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._console import install_from_environment as _install_console_from_environment
 from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
 from ._core.native import NATIVE
 from ._entry import install, run
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# TIDELOOP_CONSOLE=PATH: a console socket for every loop (tideloop._console).
+_install_console_from_environment()
 
 
 def __getattr__(name: str) -> Any:

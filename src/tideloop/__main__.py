@@ -9,7 +9,8 @@ loops. ``-m MODULE`` runs a module the same way; ``--version`` prints the
 version. ``--stats`` prints the loops' metrics to stderr at exit (see
 ``tideloop._stats``), also when the program fails. ``--trace FILE`` writes
 a Perfetto trace of every loop the program creates to FILE (see
-``tideloop._trace``), finished also when the program fails.
+``tideloop._trace``), finished also when the program fails. ``console
+TARGET`` attaches to a running program's console (``tideloop._console``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ._trace import Trace
 USAGE = """\
 usage: python -m tideloop [--version] [--stats [--slow-threshold SECONDS]]
                           [--trace FILE] (SCRIPT | -m MODULE) [ARGS...]
+       python -m tideloop console [--once [--json]] TARGET
 
 Run an asyncio program with tideloop as its event loop.
 
@@ -39,6 +41,10 @@ Run an asyncio program with tideloop as its event loop.
                            (Chrome/Perfetto trace-event JSON: open it in
                            ui.perfetto.dev): tasks, callbacks, I/O, timers,
                            executor jobs, subprocesses, loop iterations
+
+  console TARGET           attach to a running program's console (its socket:
+                           tideloop.run(..., console=PATH), TIDELOOP_CONSOLE=PATH,
+                           or its pid): see python -m tideloop console --help
 """
 
 
@@ -55,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] == "--version":
         sys.stdout.write(f"tideloop {__version__} ({core_description()})\n")
         return 0
+    if args[0] == "console":
+        from ._console.client import main as console_main
+
+        return console_main(args[1:])
     stats = False
     threshold = 0.1
     trace_path: str | None = None

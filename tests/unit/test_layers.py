@@ -59,6 +59,7 @@ TOP = {
     "_recorder",
     "_trace",
     "otel",
+    "_console",
 }
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of
