@@ -59,7 +59,10 @@ HOST_LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "rloop", "tideloop", "tidelo
 #: (``--loops tideloop,tideloop+trace``); never a default. ``tideloop+trace``:
 #: every loop recorded and its trace written (to /dev/null: the recorder, the
 #: conversion and the writer thread, without a disk) by ``tideloop.trace``.
-INSTRUMENTED: tuple[str, ...] = ("tideloop+trace",)
+#: ``tideloop+console``: every loop has a console socket open (as with
+#: ``TIDELOOP_CONSOLE``) and nobody attached: what a program pays for being
+#: ready to be looked at.
+INSTRUMENTED: tuple[str, ...] = ("tideloop+trace", "tideloop+console")
 #: Every loop the suite knows: the host's, then each other interpreter's
 #: (``pypy/tideloop``), then the instrumented tideloops.
 LOOPS: tuple[str, ...] = (
@@ -228,6 +231,18 @@ def _instrumented(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         # Every loop new_event_loop makes is recorded from now on; the trace
         # ends with the worker process.
         _instrument = tideloop.trace(os.devnull)
+    elif _instrument is None and name == "tideloop+console":
+        import tempfile
+
+        from tideloop import _console
+
+        # TIDELOOP_CONSOLE's way: the socket opens with the first loop and
+        # is removed when the worker exits.
+        os.environ[_console.ENVIRONMENT_VARIABLE] = os.path.join(
+            tempfile.mkdtemp(prefix="tideloop-bench-"), "console.sock"
+        )
+        _console.install_from_environment()
+        _instrument = True
     return tideloop.new_event_loop
 
 
