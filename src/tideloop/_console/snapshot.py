@@ -220,13 +220,19 @@ def _io(loop: Loop) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[di
                                 _address(s.getsockname()) for s in arg.sockets if s.fileno() >= 0
                             ],
                             "serving": arg.is_serving(),
-                            "connections": getattr(arg, "_active_count", None),
+                            "connections": _connections(arg),
                         }
                     )
             owner = getattr(arg, "__self__", None)
             if isinstance(owner, SubprocessTransport) and len(children) < MAX_IO:
                 children.append(_child(owner))
     return transports, servers, children
+
+
+def _connections(server: Server) -> int | None:
+    """How many connections a server has open (its own count; None if it keeps none)."""
+    active = getattr(server, "_active", None)
+    return active() if callable(active) else None
 
 
 def _child(transport: SubprocessTransport) -> dict[str, Any]:
