@@ -239,8 +239,12 @@ def test_once_text_and_the_environment_variable_and_a_pid_target(tmp_path: Path)
     assert not os.path.exists(prog.path)  # removed at exit
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_the_live_screen_under_tmux(tmp_path: Path) -> None:
+    if shutil.which("tmux") is None:
+        message = "tmux is not installed (.ci/run installs it)"
+        if os.environ.get("TIDELOOP_REQUIRE_TMUX") == "1":
+            pytest.fail(message + " (TIDELOOP_REQUIRE_TMUX=1: required here)")
+        pytest.skip(message)
     session = f"tideloop-console-{os.getpid()}"
     with program(tmp_path) as prog:
         command = (
