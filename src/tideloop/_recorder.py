@@ -117,9 +117,11 @@ one. Attached, a tap:
   error).
 
 Detaching puts everything back (an attribute someone else replaced since
-is left to them; the tap's version then passes calls through). A job runs
-inside a small callable that records its start and end (its traceback has
-one more frame); nothing else the program sees changes.
+is left to them; the tap's version then passes calls through). A job of
+the default executor or a ``ThreadPoolExecutor`` runs inside a small
+callable that records its start and end (its traceback has one more
+frame); other executors' jobs (a process pool must pickle the function)
+are not recorded. Nothing else the program sees changes.
 
 Invariants: a tap touches its loop only from the loop's thread, except the
 events of worker threads, which are appended whole (a list append and an
@@ -142,6 +144,7 @@ import threading
 import weakref
 from asyncio.futures import _set_result_unless_cancelled as _sleep_callback  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from time import monotonic as _real_time
 from types import CodeType, FrameType
 from typing import Any, Final, NamedTuple
@@ -999,6 +1002,7 @@ class _Tap:
 
         @functools.wraps(before)
         def run_in_executor(*args: Any, **kwargs: Any) -> Any:
+            executor = args[0] if args else None
             func = args[1] if len(args) > 1 else None
             if (
                 not tap.full
@@ -1006,6 +1010,9 @@ class _Tap:
                 or not callable(func)
                 or asyncio.iscoroutinefunction(func)
                 or asyncio.iscoroutine(func)
+                # Only a thread runs the job inside our callable: another
+                # executor may need to pickle the function (a process pool).
+                or not (executor is None or isinstance(executor, ThreadPoolExecutor))
             ):
                 return before(*args, **kwargs)  # unrecorded: its own checks and errors
             number = next(tap._jobs)

@@ -11,8 +11,10 @@ which happen (``cause``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import itertools
+import pickle
 import subprocess
 import sys
 import threading
@@ -308,6 +310,26 @@ def test_executor_jobs_record_submission_run_and_result() -> None:
     # The result reached the loop through a thread-safe callback caused by the job.
     arrivals = [c for c in kinds(rec, "callback") if c.args["source"] == "thread"]
     assert {c.cause for c in arrivals} >= {jobs[0].seq}
+
+
+class PicklingExecutor(concurrent.futures.Executor):
+    """Runs jobs inline, after pickling the function as a process pool would."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        fn = pickle.loads(pickle.dumps(fn))
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def test_a_job_for_an_executor_that_pickles_is_handed_over_unwrapped() -> None:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(PicklingExecutor(), pow, 3, 4)
+
+    rec, value = run_recorded(main)
+    assert value == 81
+    assert kinds(rec, "job") == [] and kinds(rec, "job-run") == []
 
 
 def test_subprocesses_record_spawn_and_exit() -> None:
