@@ -18,6 +18,9 @@ The API (stable: other modules build on it)
     rec.detach(loop)                  # or rec.detach() for every loop
     with rec.recording(loop): ...     # attach, then detach
     with rec.recording(): ...         # every loop tideloop.new_event_loop makes meanwhile
+                                      # (tideloop.testing builds its loops with Loop(...):
+                                      # attach those, e.g. from their main coroutine:
+                                      # rec.attach(asyncio.get_running_loop()))
 
     rec.events       # list[Event], in the order they completed (see Event)
     rec.tasks        # dict[int, TaskInfo]: every task seen, by its number
