@@ -484,3 +484,42 @@ def test_console_server_close_is_idempotent(tmp_path: Path) -> None:
     server.close()
     server.close()
     assert not (tmp_path / "c.sock").exists()
+
+
+def test_run_with_a_console_it_cannot_open_fails_before_running(tmp_path: Path) -> None:
+    ran: list[bool] = []
+
+    async def main() -> None:
+        ran.append(True)
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    coro = main()
+    with pytest.raises(ConsoleError, match="writable by other users"):
+        tideloop.run(coro, console=shared / "c.sock")
+    assert ran == [] and coro.cr_frame is None  # closed: no "never awaited" warning
+    assert list(shared.iterdir()) == []
+
+
+def test_run_with_a_console_serves_while_it_runs(tmp_path: Path) -> None:
+    path = tmp_path / "c.sock"
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+
+        def ask() -> None:
+            with Client(str(path)) as client:
+                seen.append(client.snapshot())
+
+        await loop.run_in_executor(None, ask)
+        return "ok"
+
+    assert tideloop.run(main(), console=path) == "ok"
+    assert not path.exists()
+    (loop,) = seen[0]["loops"]
+    assert loop["running"]
+    (task,) = loop["tasks"]
+    assert task["coro"].endswith("main") and task["state"] == "waiting"
+    assert task["awaiting"][0].startswith("test_console.py:")
