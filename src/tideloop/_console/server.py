@@ -15,9 +15,10 @@ Facts / what this means for us:
   hard-linked to the path (``link`` fails if something is there already:
   nothing is ever replaced) and the temporary name removed. The process
   umask is not touched (other threads may be creating files).
-- ``SO_PEERCRED`` gives the uid of the process at the other end. A client
-  of another user (root included) is refused and disconnected: nobody but
-  the program's own user attaches, whatever the file's mode.
+- ``SO_PEERCRED`` (``LOCAL_PEERCRED`` on macOS) gives the uid of the
+  process at the other end. A client of another user (root included) is
+  refused and disconnected: nobody but the program's own user attaches,
+  whatever the file's mode.
 - The server is one thread blocked in ``select`` on the listening socket
   and its clients: with nobody attached, it costs the program nothing but
   that sleeping thread. While at least one client is attached, each loop
@@ -123,11 +124,28 @@ def _bind_private(path: str) -> socket.socket:
     return sock
 
 
+#: macOS/BSD: ``getsockopt(SOL_LOCAL, LOCAL_PEERCRED)`` gives a ``struct xucred``
+#: (version, uid, ...); Python's socket module names neither constant.
+_SOL_LOCAL: Final = 0
+_LOCAL_PEERCRED: Final = 1
+
+
 def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket (Linux: SO_PEERCRED)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
+    """The uid of the process at the other end of a Unix socket.
+
+    Linux: ``SO_PEERCRED`` (pid, uid, gid of the peer when it connected);
+    macOS and the BSDs: ``LOCAL_PEERCRED``.
+    """
+    if sys.platform == "linux":
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        return int(uid)
+    else:  # mypy checks platform-guarded code only as an if/else branch
+        # struct xucred: u_int cr_version, uid_t cr_uid, short cr_ngroups,
+        # gid_t cr_groups[16] (the kernel wants the whole size).
+        creds = conn.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, struct.calcsize("IIh16I"))
+        _version, uid = struct.unpack("2I", creds[:8])
+        return int(uid)
 
 
 class _Served:
