@@ -37,6 +37,7 @@ from bench import interpreters
 
 __all__ = [
     "HOST_LOOPS",
+    "INSTRUMENTED",
     "LOOPS",
     "PURE",
     "PURE_ENV",
@@ -54,9 +55,24 @@ __all__ = [
 
 #: The loops on the host's Python, in the suite's canonical order (asyncio first: the baseline).
 HOST_LOOPS: tuple[str, ...] = ("asyncio", "uvloop", "rloop", "tideloop", "tideloop-pure")
-#: Every loop the suite knows: the host's, then each other interpreter's (``pypy/tideloop``).
-LOOPS: tuple[str, ...] = HOST_LOOPS + tuple(
-    f"{prefix}/{loop}" for prefix, interp in interpreters.OTHERS.items() for loop in interp.loops
+#: tideloop with an observability feature on, to measure what it costs
+#: (``--loops tideloop,tideloop+trace``); never a default. ``tideloop+trace``:
+#: every loop recorded and its trace written (to /dev/null: the recorder, the
+#: conversion and the writer thread, without a disk) by ``tideloop.trace``.
+#: ``tideloop+console``: every loop has a console socket open (as with
+#: ``TIDELOOP_CONSOLE``) and nobody attached: what a program pays for being
+#: ready to be looked at.
+INSTRUMENTED: tuple[str, ...] = ("tideloop+trace", "tideloop+console")
+#: Every loop the suite knows: the host's, then each other interpreter's
+#: (``pypy/tideloop``), then the instrumented tideloops.
+LOOPS: tuple[str, ...] = (
+    HOST_LOOPS
+    + tuple(
+        f"{prefix}/{loop}"
+        for prefix, interp in interpreters.OTHERS.items()
+        for loop in interp.loops
+    )
+    + INSTRUMENTED
 )
 
 #: Where ``tideloop@REF`` is imported from, set by `export_baseline` and
@@ -70,8 +86,9 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 
 def is_tideloop(name: str) -> bool:
-    """Whether plain loop *name* is a copy of tideloop (either build, or a baseline)."""
-    return name in ("tideloop", PURE) or name.startswith("tideloop@")
+    """Whether plain loop *name* is a copy of tideloop (either build, a baseline, or
+    tideloop instrumented)."""
+    return name in ("tideloop", PURE) or name.startswith("tideloop@") or name in INSTRUMENTED
 
 
 def worker_env(name: str, interp: interpreters.Interpreter) -> dict[str, str] | None:
@@ -161,7 +178,7 @@ def byte_compile(name: str) -> None:
         if inner.startswith("tideloop"):
             interpreters.OTHERS[prefix].byte_compile(inner)
         return
-    if name in ("tideloop", PURE):
+    if name in ("tideloop", PURE, *INSTRUMENTED):
         spec = importlib.util.find_spec("tideloop")
         if spec is None or not spec.submodule_search_locations:
             return
@@ -191,12 +208,42 @@ def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
         return tideloop.new_event_loop
     if name == PURE:
         return _pure()
+    if name in INSTRUMENTED:
+        return _instrumented(name)
     if name.startswith("tideloop@"):
         return _import_from(os.environ[BASELINE_ENV])
     if interpreters.split(name)[0]:
         # The harness runs the worker on that interpreter, with the plain name.
         raise ValueError(f"{name!r} names its interpreter: factory() takes the loop's plain name")
     raise ValueError(f"unknown loop {name!r} (known: {', '.join(HOST_LOOPS)})")
+
+
+#: The instrumented loop's instrument, once per worker process.
+_instrument: object = None
+
+
+def _instrumented(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """tideloop's factory, with *name*'s feature on for every loop it makes."""
+    global _instrument
+    import tideloop
+
+    if _instrument is None and name == "tideloop+trace":
+        # Every loop new_event_loop makes is recorded from now on; the trace
+        # ends with the worker process.
+        _instrument = tideloop.trace(os.devnull)
+    elif _instrument is None and name == "tideloop+console":
+        import tempfile
+
+        from tideloop import _console
+
+        # TIDELOOP_CONSOLE's way: the socket opens with the first loop and
+        # is removed when the worker exits.
+        os.environ[_console.ENVIRONMENT_VARIABLE] = os.path.join(
+            tempfile.mkdtemp(prefix="tideloop-bench-"), "console.sock"
+        )
+        _console.install_from_environment()
+        _instrument = True
+    return tideloop.new_event_loop
 
 
 def _pure() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -220,8 +267,11 @@ def default(name: str) -> bool:
     """Whether ``python -m bench`` runs loop *name* when ``--loops`` does not say.
 
     The host's loops always (one that cannot be imported is reported as
-    skipped); another interpreter's loops when they can run here.
+    skipped); another interpreter's loops when they can run here; the
+    instrumented tideloops never (they measure a feature's cost, on request).
     """
+    if name in INSTRUMENTED:
+        return False
     prefix, _ = interpreters.split(name)
     return not prefix or unavailable_reason(name) is None
 
@@ -235,7 +285,7 @@ def unavailable_reason(name: str) -> str | None:
         return None
     if name.startswith("tideloop@"):
         return None if os.environ.get(BASELINE_ENV) else "no baseline exported"
-    if name == PURE:
+    if name == PURE or name in INSTRUMENTED:
         name = "tideloop"
     if importlib.util.find_spec(name) is None:
         return f"{name} is not installed (pip install -e '.[bench]')"
@@ -264,7 +314,7 @@ def version(name: str) -> str:
         return python_version()
     if name.startswith("tideloop@"):
         return name.partition("@")[2]
-    if name == PURE:
+    if name == PURE or name in INSTRUMENTED:
         name = "tideloop"
     try:
         return importlib.metadata.version(name)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._console import install_from_environment as _install_console_from_environment
 from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
 from ._core.native import NATIVE
 from ._entry import install, run
 from ._loop import Loop, new_event_loop
+from ._recorder import Recorder
+from ._trace import trace
 
 __all__ = [
     "LAG_BOUNDS",
@@ -22,14 +25,19 @@ __all__ = [
     "EventLoopPolicy",
     "Loop",
     "LoopMetrics",
+    "Recorder",
     "SlowCallback",
     "__version__",
     "install",
     "new_event_loop",
     "run",
+    "trace",
 ]
 
 __version__ = "0.1.0"
+
+# TIDELOOP_CONSOLE=PATH: a console socket for every loop (tideloop._console).
+_install_console_from_environment()
 
 
 def __getattr__(name: str) -> Any:

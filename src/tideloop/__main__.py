@@ -7,11 +7,15 @@ script runs as ``__main__`` with ``sys.argv`` and ``sys.path[0]`` set as
 ``asyncio.new_event_loop()`` and ``asyncio.get_event_loop()`` get tideloop
 loops. ``-m MODULE`` runs a module the same way; ``--version`` prints the
 version. ``--stats`` prints the loops' metrics to stderr at exit (see
-``tideloop._stats``), also when the program fails.
+``tideloop._stats``), also when the program fails. ``--trace FILE`` writes
+a Perfetto trace of every loop the program creates to FILE (see
+``tideloop._trace``), finished also when the program fails. ``console
+TARGET`` attaches to a running program's console (``tideloop._console``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -20,10 +24,12 @@ from . import __version__
 from ._core.native import core_description
 from ._entry import install_policy
 from ._stats import StatsCollector
+from ._trace import Trace
 
 USAGE = """\
 usage: python -m tideloop [--version] [--stats [--slow-threshold SECONDS]]
-                          (SCRIPT | -m MODULE) [ARGS...]
+                          [--trace FILE] (SCRIPT | -m MODULE) [ARGS...]
+       python -m tideloop console [--once [--json]] TARGET
 
 Run an asyncio program with tideloop as its event loop.
 
@@ -31,6 +37,14 @@ Run an asyncio program with tideloop as its event loop.
                            iterations, utilisation, timer lag percentiles
                            and the slowest callbacks with their task names
   --slow-threshold SECONDS a callback running this long is slow (0.1)
+  --trace FILE             write a trace of what the loops did to FILE
+                           (Chrome/Perfetto trace-event JSON: open it in
+                           ui.perfetto.dev): tasks, callbacks, I/O, timers,
+                           executor jobs, subprocesses, loop iterations
+
+  console TARGET           attach to a running program's console (its socket:
+                           tideloop.run(..., console=PATH), TIDELOOP_CONSOLE=PATH,
+                           or its pid): see python -m tideloop console --help
 """
 
 
@@ -47,8 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] == "--version":
         sys.stdout.write(f"tideloop {__version__} ({core_description()})\n")
         return 0
+    if args[0] == "console":
+        from ._console.client import main as console_main
+
+        return console_main(args[1:])
     stats = False
     threshold = 0.1
+    trace_path: str | None = None
     while args and args[0].startswith("-") and args[0] != "-m":
         option = args.pop(0)
         if option == "--stats":
@@ -66,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(f"--slow-threshold: not a number: {value!r}")
             if not threshold >= 0:
                 return _fail(f"--slow-threshold must be >= 0, got {value}")
+        elif option == "--trace" or option.startswith("--trace="):
+            if "=" in option:
+                trace_path = option.partition("=")[2]
+            elif args:
+                trace_path = args.pop(0)
+            if not trace_path:
+                return _fail("--trace needs a file name")
         else:
             return _fail(f"unknown option {option}")
     if not args:
@@ -73,14 +99,20 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] == "-m" and len(args) < 2:
         return _fail("-m needs a module name")
     install_policy()
-    if not stats:
-        _run(args)
-        return 0
-    with StatsCollector(threshold) as collector:
-        try:
+    with contextlib.ExitStack() as stack:
+        if trace_path is not None:
+            try:
+                stack.enter_context(Trace(trace_path))
+            except OSError as exc:
+                return _fail(f"--trace: cannot write {trace_path}: {exc.strerror}")
+        if not stats:
             _run(args)
-        finally:
-            sys.stderr.write(collector.report())
+            return 0
+        with StatsCollector(threshold) as collector:
+            try:
+                _run(args)
+            finally:
+                sys.stderr.write(collector.report())
     return 0
 
 

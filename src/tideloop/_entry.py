@@ -26,24 +26,47 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import os
 import sys
 import warnings
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from ._loop import new_event_loop
+from ._loop import Loop, new_event_loop
 
 _T = TypeVar("_T")
 
 _policy_class: type[Any] | None = None
 
 
-def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
-    """Run *main* on a new tideloop loop and return its result (like asyncio.run)."""
+def run(
+    main: Coroutine[Any, Any, _T],
+    *,
+    debug: bool | None = None,
+    console: str | os.PathLike[str] | None = None,
+) -> _T:
+    """Run *main* on a new tideloop loop and return its result (like asyncio.run).
+
+    *console*: a path where the run opens a console socket, owner-only, for
+    ``python -m tideloop console PATH`` (see ``tideloop._console``); it is
+    removed when the run ends.
+    """
     if asyncio.events._get_running_loop() is not None:
         raise RuntimeError("tideloop.run() cannot be called from a running event loop")
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
-        return runner.run(main)
+        if console is None:
+            return runner.run(main)
+        from ._console import serve
+
+        try:
+            server = serve(cast(Loop, runner.get_loop()), console)
+        except BaseException:
+            main.close()  # never awaited: asyncio.run closes it too when it cannot start
+            raise
+        try:
+            return runner.run(main)
+        finally:
+            server.close()
 
 
 def _policy_base() -> type[Any]:

@@ -38,6 +38,7 @@ __all__ = [
     "HANDLER_IN_CONTEXT",
     "PY312",
     "PY313",
+    "REMOTE_EXEC",
     "STDLIB_THREADSAFE_HANDLE",
     "TRANSPORT_CONTEXT",
     "UDP_HEADER_SIZE",
@@ -149,3 +150,13 @@ BIND_SKIPS_EADDRNOTAVAIL: Final = "EADDRNOTAVAIL" in _CREATE_SERVER_NAMES
 #: Does its message end with err.strerror (3.11, 3.12.1, PyPy) rather than
 #: str(err), which starts with "[errno N]" (3.13+)?
 BIND_MESSAGE_STRERROR: Final = "strerror" in _CREATE_SERVER_NAMES
+
+
+# ----------------------------------------------------------------------
+# The interpreter, not asyncio
+
+#: PEP 768 (3.14+): ``sys.remote_exec(pid, script)`` runs a script in
+#: another Python process at its next safe point (where that process allows
+#: it: ``sys.is_remote_debug_enabled()``, off with ``-X disable_remote_debug``
+#: or ``PYTHON_DISABLE_REMOTE_DEBUG``). The console attaches through it.
+REMOTE_EXEC: Final[Any] = getattr(sys, "remote_exec", None)

@@ -47,7 +47,20 @@ ALLOWED: dict[str, set[str]] = {
     "_transports": {"_children", "_fdio", "_core", "_pollers", "_versions"},
     "_net": {"_transports", "_children", "_fdio", "_core", "_pollers", "_versions"},
 }
-TOP = {"_loop", "_entry", "__init__", "__main__", "demo", "testing", "_version", "_stats"}
+TOP = {
+    "_loop",
+    "_entry",
+    "__init__",
+    "__main__",
+    "demo",
+    "testing",
+    "_version",
+    "_stats",
+    "_recorder",
+    "_trace",
+    "otel",
+    "_console",
+}
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of
 #: asyncio's API that are not built yet. The list only shrinks.

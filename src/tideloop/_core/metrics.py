@@ -60,7 +60,7 @@ import traceback
 from collections.abc import Callable
 from time import monotonic as _real_time
 from time import sleep as _yield_gil
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 #: Upper bounds (seconds) of the lag histogram's buckets; a last bucket
 #: counts everything above the last bound.
@@ -242,16 +242,47 @@ def describe_slow(handle: asyncio.Handle, duration: float) -> SlowCallback:
 CallbackObserver = Callable[[asyncio.Handle], object]
 
 
+class RunRecorder(Protocol):
+    """What the run phase tells a recorder (``tideloop._recorder``) while one is set.
+
+    Called in the loop's thread, by the timed run phase only
+    (``Scheduler._run_ready_timed``): a loop without a recorder never looks
+    for one. ``phase_start`` and ``phase_end`` bracket each run phase (also
+    an empty one: every iteration has one), ``before`` and ``after`` each
+    callback that is not cancelled; *start* and *took* are the real time
+    the callback started and the seconds it ran, as the metrics measured
+    them. A callback that raises SystemExit or KeyboardInterrupt gets no
+    ``after``, but its phase still ends.
+    """
+
+    def phase_start(self) -> None: ...
+
+    def before(self, handle: asyncio.Handle, /) -> None: ...
+
+    def after(self, handle: asyncio.Handle, start: float, took: float, /) -> None: ...
+
+    def phase_end(self, ran: int, /) -> None: ...
+
+
 class Instruments:
     """What a loop measures and who watches its callbacks.
 
     ``timed`` is what the run phase reads (once per iteration) to choose
     between the inlined fast path and the one that times every callback:
-    True while a slow-callback hook, detailed metrics or a callback observer
-    is set (debug mode also times callbacks; the core checks that itself).
+    True while a slow-callback hook, detailed metrics, a callback observer
+    or a recorder is set (debug mode also times callbacks; the core checks
+    that itself).
     """
 
-    __slots__ = ("counters", "detailed", "observers", "slow_hook", "slow_hook_threshold", "timed")
+    __slots__ = (
+        "counters",
+        "detailed",
+        "observers",
+        "recorder",
+        "slow_hook",
+        "slow_hook_threshold",
+        "timed",
+    )
 
     def __init__(self) -> None:
         self.counters = Counters()
@@ -260,10 +291,22 @@ class Instruments:
         self.slow_hook_threshold = 0.1
         #: Called after each callback, in the order added.
         self.observers: tuple[CallbackObserver, ...] = ()
+        #: Told of every run phase and callback (see `RunRecorder`); at most one.
+        self.recorder: RunRecorder | None = None
         self.timed = False
 
     def _retime(self) -> None:
-        self.timed = self.detailed or self.slow_hook is not None or bool(self.observers)
+        self.timed = (
+            self.detailed
+            or self.slow_hook is not None
+            or bool(self.observers)
+            or self.recorder is not None
+        )
+
+    def set_recorder(self, recorder: RunRecorder | None) -> None:
+        """Set (or with None, remove) the loop's run-phase recorder."""
+        self.recorder = recorder
+        self._retime()
 
     def set_detailed(self, detailed: bool) -> None:
         self.detailed = bool(detailed)

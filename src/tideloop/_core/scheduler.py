@@ -503,7 +503,9 @@ class Scheduler(asyncio.AbstractEventLoop):
 
     def _run_ready_timed(self) -> None:
         """The run phase with each callback timed: debug mode, a hook, detailed
-        metrics, or callback observers (called after each callback).
+        metrics, callback observers (called after each callback), or a
+        recorder (told of the phase and of each callback, see
+        ``metrics.RunRecorder``).
 
         Debug mode adds asyncio's: ``_current_handle`` and a warning for a
         callback that took ``slow_callback_duration`` of the loop's time.
@@ -515,13 +517,18 @@ class Scheduler(asyncio.AbstractEventLoop):
         hook = instruments.slow_hook
         threshold = instruments.threshold(self.slow_callback_duration)
         observers = instruments.observers
+        recorder = instruments.recorder
         ran = slow = 0
+        if recorder is not None:
+            recorder.phase_start()
         try:
             for _ in range(len(ready)):
                 handle = ready.popleft()
                 if handle._cancelled:
                     continue
                 ran += 1
+                if recorder is not None:
+                    recorder.before(handle)
                 start = _real_time()
                 if debug:
                     self._run_handle_debug(handle)
@@ -532,11 +539,15 @@ class Scheduler(asyncio.AbstractEventLoop):
                     slow += 1
                     if hook is not None:
                         self._report_slow(hook, handle, took)
+                if recorder is not None:
+                    recorder.after(handle, start, took)
                 for observe in observers:
                     observe(handle)
         finally:
             counters.callbacks += ran
             counters.slow_callbacks += slow
+            if recorder is not None:
+                recorder.phase_end(ran)
 
     def _run_handle_debug(self, handle: asyncio.Handle) -> None:
         try:
