@@ -371,7 +371,7 @@ def test_a_thread_result_can_come_after_a_timer_within_the_horizon(virtual_time:
     words = tape.words()
     assert "needs `str` (tests/testing/test_exploration.py:" in words, words
     assert "to take more than" in words, words
-    assert "`loop.call_later(delay, order.append, \"timer\")`" in words, words
+    assert '`loop.call_later(delay, order.append, "timer")`' in words, words
 
 
 @pytest.mark.parametrize("virtual_time", [False, True])

@@ -339,6 +339,12 @@ class Recorded:
     log: DecisionLog
     recording: Recording
     exception: BaseException | None
+    #: Whether the replay failed (a test runner's replay has no exception).
+    failed: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.failed is None:
+            self.failed = self.exception is not None
 
 
 def record(
@@ -376,16 +382,20 @@ def describe_tape(tape: Tape, recorded: Recorded) -> Tape:
         if d.value and d.point in by_index:
             d.detail = by_index[d.point].detail
     tape.timeline = recorded.recording.to_json()
-    if recorded.exception is None:
+    if not recorded.failed:
         tape.timeline["note"] = (
             "the replay recorded here passed: its real input (a thread's timing, a "
             "real peer) arrived differently from the failing run's"
         )
-    else:
+    site = None
+    if recorded.exception is not None:
         tape.timeline["failure"] = exception_words(recorded.exception)
         site = failure_site(recorded.exception)
-        if site is not None and tape.failure_site is None:
-            tape.failure_site = site
+    failure = recorded.recording.failure
+    if site is None and failure is not None:
+        site = failure.get("site")
+    if site is not None and tape.failure_site is None:
+        tape.failure_site = site
     return tape
 
 

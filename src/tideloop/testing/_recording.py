@@ -492,7 +492,10 @@ class LoopRecorder:
             return
         new = log[self._net_seen :]
         self._net_seen = len(log)
-        for at, what, a, b, detail in new:
+        for at, what, src_host, dst_host, detail in new:
+            # "*": every host (a heal of all partitions): the loop's lane.
+            a = "" if src_host == "*" else src_host
+            b = "" if dst_host == "*" else dst_host
             src = self._host_lane(a) if a else self.loop_lane()
             if what in MESSAGES:
                 dst = self._host_lane(b) if b else src

@@ -50,6 +50,9 @@
     (data.dropped ? " · " + data.dropped + " more events not recorded" : ""));
   text($("tl-note"), data.note || "");
   const devEvents = events.filter((e) => e.kind === "deviation");
+  if (!data.deviations.length) {
+    text($("tl-devlist").appendChild(document.createElement("li")), "none: the unperturbed schedule");
+  }
   data.deviations.forEach((d, i) => {
     const li = $("tl-devlist").appendChild(document.createElement("li"));
     li.className = "deviation-item";
