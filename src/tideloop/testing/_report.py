@@ -27,10 +27,11 @@ from its decisions' own words, and classified by their kinds.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from tideloop._core.debug import full_frames
 
 from ._strategy import Decision
 
@@ -39,14 +40,13 @@ TIMING: Final = "timing"
 LATENT: Final = "latent"
 DETERMINISTIC: Final = "deterministic"
 
-#: Environment variable: show tideloop's (and asyncio's) frames in deadlock
-#: and property reports too ("1"); by default they show the program's.
-FULL_FRAMES_ENV: Final = "TIDELOOP_FULL_FRAMES"
 
-
-def full_frames() -> bool:
-    """Whether reports show the loop's own frames too (`FULL_FRAMES_ENV`)."""
-    return os.environ.get(FULL_FRAMES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+def hide_loop_frames(_excinfo: object = None) -> bool:
+    """pytest's ``__tracebackhide__`` for the frames of testing's checks, which
+    raise reports only: hidden unless `FULL_FRAMES_ENV` (``TIDELOOP_FULL_FRAMES=1``:
+    show tideloop's and asyncio's frames in deadlock and property reports too)
+    asks for them."""
+    return not full_frames()
 
 
 def plural(n: object, word: str) -> str:

@@ -168,6 +168,17 @@ def _api_name(code: CodeType) -> str:
     return f"{module}.{name}"
 
 
+def _frame_api(frame: FrameType) -> str:
+    """`_api_name` of a frame, a method named by the class of its ``self``
+    (``Lock.__aenter__``, not the mixin that defines it)."""
+    code = frame.f_code
+    if code.co_argcount and code.co_varnames[:1] == ("self",):
+        owner = frame.f_locals.get("self")
+        if owner is not None:
+            return f"{short_name(type(owner).__qualname__)}.{code.co_name}"
+    return _api_name(code)
+
+
 def short_name(qualname: str) -> str:
     """A qualified name without the functions it is local to (``f.<locals>.g`` -> ``g``)."""
     return qualname.rsplit("<locals>.", 1)[-1]
@@ -232,7 +243,7 @@ def task_words(task: asyncio.Task[Any]) -> dict[str, Any]:
         # What it called there: the next frame in, a library's.
         index = frames.index(user)
         if index + 1 < len(frames):
-            out["in"] = _api_name(frames[index + 1].f_code)
+            out["in"] = _frame_api(frames[index + 1])
         elif isinstance(awaited, asyncio.Task):
             out["in"] = f"task {awaited.get_name()!r}"
     return out

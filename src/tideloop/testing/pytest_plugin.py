@@ -507,6 +507,7 @@ class _Plugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        __tracebackhide__ = True  # the plugin's frame is no part of a test's failure
         # IsolatedAsyncioTestCase grew a loop_factory attribute in 3.13.
         cls = getattr(item, "cls", None)
         settings = self.current
