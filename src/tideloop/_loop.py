@@ -199,8 +199,9 @@ class _View:
         own = {loop._waker.fileno(), loop._signals.pipe_fd}
         return {fd for fd in fds.readers.keys() | fds.writers.keys() if fd not in own}
 
-    def fd_reader(self, fd: int) -> asyncio.Handle | None:
-        return self._get()._fds.readers.get(fd)
+    def fd_handles(self, fd: int) -> tuple[asyncio.Handle | None, asyncio.Handle | None]:
+        fds = self._get()._fds
+        return fds.readers.get(fd), fds.writers.get(fd)
 
     def timers(self) -> list[asyncio.TimerHandle]:
         return [h for h in self._get()._timers.handles() if not h.cancelled()]

@@ -363,6 +363,7 @@ TESTING_MAY_READ: dict[tuple[str, str], str] = {
     ("handle", "_args"): "an asyncio.Handle's arguments: a timer's future, a server's socket",
     ("reader", "_transport"): "a StreamReader's transport, to name the task reading a connection",
     ("task", "_exception"): "a finished task's exception, read without marking it retrieved",
+    ("task", "_fut_waiter"): "the future a task is suspended on, to name who it waits for",
     ("item.session", "_setupstate"): "pytest's fixture teardown stack (the plugin)",
     ("super()", "_real_close"): "a socket subclass calling its base class",
     ("asyncio.tasks", "_PyTask"): "the pure-Python Task, whose steps a Perturber varies",

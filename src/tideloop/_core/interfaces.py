@@ -274,9 +274,9 @@ class LoopView(Protocol):
         every reader's and writer's but the loop's own waker and signal pipe."""
         ...
 
-    def fd_reader(self, fd: int) -> asyncio.Handle | None:
-        """The handle registered to read *fd* (None: no reader), to name
-        whoever reads it (a transport, a server's accept)."""
+    def fd_handles(self, fd: int) -> tuple[asyncio.Handle | None, asyncio.Handle | None]:
+        """The handles registered to read and to write *fd* (None: none), to
+        name whoever uses it (a transport, a server's accept, a connect)."""
         ...
 
     def timers(self) -> list[asyncio.TimerHandle]:

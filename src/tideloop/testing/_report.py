@@ -116,10 +116,14 @@ def fd_words_text(words: dict[str, Any]) -> str:
     if "peer" in conn:
         local, peer = _end(conn, "local_host", "local"), _end(conn, "peer_host", "peer")
         text = f"the connection {local} <- {peer}"
+    elif words.get("writing"):
+        text = f"the connection from {_end(conn, 'local_host', 'local')}"
     else:
-        text = str(conn.get("local", "an fd"))
+        text = _end(conn, "local_host", "local") if "local" in conn else "an fd"
     readers = words.get("readers")
-    if readers:
+    if readers and words.get("writing"):
+        text += f", written by {_tasks_text(readers)} ({words.get('callback')})"
+    elif readers:
         text += f", read by {_tasks_text(readers)}"
     elif conn.get("protocol") and conn.get("protocol") != "StreamReaderProtocol":
         text += f", read by its protocol {conn['protocol']}"

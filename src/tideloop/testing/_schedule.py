@@ -815,7 +815,8 @@ def fd_words(view: LoopView | None, fd: int) -> dict[str, Any]:
     """An fd by what reads it: ``{"conn": its ends, "readers": the tasks reading
     it}``, ``{"listening": address}`` for a server's socket, else its callback."""
     loop = asyncio.events._get_running_loop()
-    handle = view.fd_reader(fd) if view is not None else None
+    reader, writer = view.fd_handles(fd) if view is not None else (None, None)
+    handle = reader or writer
     if handle is None or loop is None:
         return {"conn": {"local": _describe_fd(fd)}}
     callback = handle._callback  # type: ignore[attr-defined]
@@ -836,9 +837,17 @@ def fd_words(view: LoopView | None, fd: int) -> dict[str, Any]:
         if host is not None:
             out["listening_host"] = host
         return out
-    waiting = _where.tasks_waiting_on([owner, *args], _where.tasks_of(loop))
-    return {
-        "conn": {"local": _describe_fd(fd)},
-        "callback": name,
-        "readers": [_where.task_words(t) for t in waiting],
-    }
+    # The loop's own method (a connect's callback) says nothing of whose it
+    # is: its arguments (the future) do.
+    mine = [a for a in (owner, *args) if not isinstance(a, asyncio.AbstractEventLoop)]
+    waiting = _where.tasks_waiting_on(mine, _where.tasks_of(loop))
+    conn: dict[str, Any] = {"local": _describe_fd(fd)}
+    if sock is not None:
+        conn = {"local": _where.address_words(sock.getsockname())}
+        host = _where.host_name(loop, sock.getsockname())
+        if host is not None:
+            conn["local_host"] = host
+    out = {"conn": conn, "callback": name, "readers": [_where.task_words(t) for t in waiting]}
+    if reader is None:
+        out["writing"] = True  # ready to write: a connect completing, a send
+    return out

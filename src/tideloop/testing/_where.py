@@ -263,8 +263,10 @@ def tasks_waiting_on(
     if not wanted:
         return
     for task in tasks:
-        frames, awaited = await_chain(task)
-        if id(awaited) in wanted:
+        frames, _ = await_chain(task)
+        # What a task is suspended on (its await chain ends in the future's
+        # iterator, which does not say whose it is).
+        if id(task._fut_waiter) in wanted:  # type: ignore[attr-defined]
             yield task
             continue
         for frame in frames:
