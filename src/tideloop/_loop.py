@@ -154,8 +154,12 @@ class Loop(
         self._own(_LetGo(self, self._resolver, self._signals, self._children))
         if network is not None:
             network.attach(self)
-        if supervisor is not None:
-            supervisor.bind(_View(self))
+        if supervisor is not None or schedule is not None:
+            view = _View(self)
+            if schedule is not None:
+                schedule.bind(view)
+            if supervisor is not None:
+                supervisor.bind(view)
 
     @property
     def network(self) -> Network | None:
@@ -194,6 +198,13 @@ class _View:
         fds = loop._fds
         own = {loop._waker.fileno(), loop._signals.pipe_fd}
         return {fd for fd in fds.readers.keys() | fds.writers.keys() if fd not in own}
+
+    def fd_handles(self, fd: int) -> tuple[asyncio.Handle | None, asyncio.Handle | None]:
+        fds = self._get()._fds
+        return fds.readers.get(fd), fds.writers.get(fd)
+
+    def timers(self) -> list[asyncio.TimerHandle]:
+        return [h for h in self._get()._timers.handles() if not h.cancelled()]
 
     def signals(self) -> set[int]:
         return set(self._get()._signals.handlers)

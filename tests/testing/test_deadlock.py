@@ -57,10 +57,34 @@ def test_crossed_locks_are_reported_with_every_tasks_stack() -> None:
         testing.run(crossed_locks(), virtual_time=True)
     report = str(caught.value)
     assert report.startswith("deadlock at virtual time 1.0: 3 task(s) wait")
-    for name in ("- one:", "- two:", "- Task-"):
-        assert name in report
-    # Each task's own frame: where it waits, by line.
-    assert "one" in report and "test_deadlock.py" in report
+    lines = report.splitlines()
+    # Each task by name and coroutine, where it waits by the program's line and
+    # source, in what (the lock's acquire), and its own frames after it.
+    one = lines.index(
+        "- task 'one' (one, waiting at tests/testing/test_deadlock.py:41 "
+        "`async with lock_b:` in Lock.__aenter__)"
+    )
+    assert lines[one + 1] == (
+        "    crossed_locks.<locals>.one at tests/testing/test_deadlock.py:41 `async with lock_b:`"
+    )
+    assert any(line.startswith("- task 'two' (two, waiting at") for line in lines)
+    assert any(line.startswith("- task 'Task-") for line in lines)
+    # asyncio's frames (the lock's) are left out, and counted; not tideloop's.
+    assert "asyncio" + os.sep not in report and "tideloop" + os.sep not in report
+    assert lines[-1] == (
+        "(4 frame(s) of asyncio and tideloop left out; TIDELOOP_FULL_FRAMES=1 shows them)"
+    )
+    assert type(caught.value).__module__ == "tideloop.testing"
+
+
+def test_the_loops_frames_are_shown_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDELOOP_FULL_FRAMES", "1")
+    with pytest.raises(Deadlock) as caught:
+        testing.run(crossed_locks(), virtual_time=True)
+    report = str(caught.value)
+    assert "left out" not in report
+    assert f"asyncio{os.sep}locks.py:" in report and "Lock.acquire at " in report
+    assert "Lock.acquire at asyncio/locks.py:" in report and "`await fut`" in report
 
 
 def test_threads_that_cannot_wake_the_loop_do_not_hide_a_deadlock() -> None:

@@ -275,7 +275,7 @@ def test_a_latent_race_is_found_only_with_wakeups(planted: Planted, tmp_path: Pa
         tape = found.tape
         assert tape.latent and tape.wakeups
         assert [d.point[0] for d in tape.deviations] == ["wake"]
-        assert "iteration(s) late" in tape.words() and "latent: " in tape.words()
+        assert " late (latent: as if it awaited" in tape.words() and "latent: " in tape.words()
     loaded = Tape.load(tape.save(tmp_path / "latent.json"))
     assert loaded.wakeups and loaded.latent
     for _ in range(2):
@@ -365,7 +365,13 @@ def test_a_thread_result_can_come_after_a_timer_within_the_horizon(virtual_time:
         virtual_time=virtual_time,
     )
     assert found.tape is not None
-    assert "timer firing" in found.tape.words()
+    # A timing failure, named by the job's function and line and the timer's line.
+    tape = found.tape
+    assert tape.kind == "timing", tape.words()
+    words = tape.words()
+    assert "needs `str` (tests/testing/test_exploration.py:" in words, words
+    assert "to take more than" in words, words
+    assert '`loop.call_later(delay, order.append, "timer")`' in words, words
 
 
 @pytest.mark.parametrize("virtual_time", [False, True])
@@ -474,8 +480,21 @@ def test_the_command_line_explores_replays_traces_and_diffs(tmp_path: Path) -> N
     assert json.loads(tape.read_text())["tideloop_tape"] == 1
     replayed = _cli("replay", "scenarios.races:check_then_act_across_io", str(tape))
     assert replayed.returncode == 1 and "fails" in replayed.stdout
+    # The run, recorded when the tape was made: its events in the program's
+    # terms, the deviation marked * and the failure !, and its timeline beside it.
     trace = _cli("trace", str(tape))
-    assert trace.returncode == 0 and "\n* #" in trace.stdout
+    assert trace.returncode == 0, trace.stderr
+    lines = trace.stdout.splitlines()
+    deviation = [line for line in lines if line.startswith("* ")]
+    assert len(deviation) == 1 and "read by task" in deviation[0], trace.stdout
+    assert any(line.startswith("! ") and "AssertionError" in line for line in lines)
+    assert "ordering: " in trace.stdout
+    decisions = _cli("trace", "--decisions", str(tape))
+    assert decisions.returncode == 0 and "\n* #" in decisions.stdout
+    page = tmp_path / "race.html"
+    assert page.exists() and f"timeline: {page}" in found.stdout
+    shown = _cli("show", str(tape), "-o", str(tmp_path / "shown.html"))
+    assert shown.returncode == 0 and (tmp_path / "shown.html").read_text() == page.read_text()
     other = tmp_path / "other.json"
     _cli("explore", "scenarios.races:two_clients_in_order", "--tape", str(other))
     diff = _cli("diff", str(tape), str(other))

@@ -312,9 +312,22 @@ def test_seeds_find_the_race_and_replay_it(tmp_path: Path) -> None:
     # The failing schedule, shrunk to one deviation, in words and on a tape.
     assert "1 deviation(s) from the unperturbed schedule" in proc.stdout
     assert "everything else in order" in proc.stdout
+    # In the program's terms (the lines that armed the two timers), classified,
+    # and printed once.
+    assert proc.stdout.count("ordering: the failure needs no duration") == 1, proc.stdout
+    timer = r"the timer list\.append \(for [\d.]+ .s\) at test_race\.py:"
+    assert re.search(
+        timer + r'11 `loop\.call_at\(when, order\.append, "second"\)` '
+        r"in task '\S+' runs before " + timer + "10 ",
+        proc.stdout,
+    ), proc.stdout
     tape = re.search(r"replay: pytest \S+ --tideloop-tape=(\S+)", proc.stdout)
     assert tape, proc.stdout
     assert Path(tape.group(1)).parent == tmp_path / ".tideloop-tapes"
+    # Its timeline, next to it.
+    page = Path(tape.group(1)).with_suffix(".html")
+    assert page.exists() and f"timeline: {page}" in proc.stdout
+    assert "test_assumes_timer_order" in page.read_text()
     replayed_twice(tmp_path, files, f"--tideloop-tape={tape.group(1)}")
     seed = match.group(1)
     for out in replayed_twice(tmp_path, files, f"--tideloop-seed={seed}"):
@@ -350,7 +363,10 @@ def test_wakeups_find_a_latent_race_and_say_so(tmp_path: Path) -> None:
         tmp_path, files, "--tideloop-seeds=50", "--tideloop-wakeups", expect_tideloop=True
     )
     assert outcome(proc) == {"failed": 1}, proc.stdout + proc.stderr
-    assert "1 iteration(s) late" in proc.stdout and "latent: this schedule" in proc.stdout
+    assert "comes 1 iteration late (latent: as if it awaited 1 more time)" in proc.stdout
+    # The report is printed once (in the test's section; the summary points to it).
+    assert proc.stdout.count("latent: this schedule") == 1, proc.stdout
+    assert "latent failure: see its report above; timeline: " in proc.stdout
     seed = re.search(
         r"schedule seed (\d+); replay: pytest \S+ --tideloop-seed=\1 "
         r"--tideloop-wakeups",
@@ -394,9 +410,11 @@ def test_other_strategies_find_the_race_and_save_its_tape(tmp_path: Path, strate
         expect_tideloop=True,
     )
     assert outcome(proc) == {"failed": 1, "passed": 1}, proc.stdout + proc.stderr
-    assert "timer tie #0: ran before 1 of the 1 timer(s)" in proc.stdout
-    (tape,) = tapes.iterdir()
-    assert tape.name == "test_race__test_assumes_timer_order.json"
+    assert "runs before the timer list.append" in proc.stdout, proc.stdout
+    assert sorted(path.name for path in tapes.iterdir()) == [
+        "test_race__test_assumes_timer_order.html",
+        "test_race__test_assumes_timer_order.json",
+    ]
 
 
 def test_systematic_search_says_when_it_exhausted_the_space(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -338,12 +338,20 @@ def test_far_timers_under_random_operations(ops: list[tuple[str, float, int]]) -
 )
 def test_tie_function_places_equal_deadlines(ops: list[tuple[str, float, int]], seed: int) -> None:
     """With a Schedule's tie function, a timer pushed onto a deadline that has
-    n timers goes where the function says (0..n), only ties ask it, and
-    equal deadlines fire in bucket order, deadlines in order."""
+    n timers goes where the function says (0..n), the function hears of every
+    timer (with the ones it ties, in their order), and equal deadlines fire in
+    bucket order, deadlines in order."""
     rng = random.Random(seed)
     asked: list[tuple[int, int]] = []
+    armed: list[TimerHandle] = []
 
-    def tie(n: int) -> int:
+    def tie(handle: TimerHandle, tied: Sequence[TimerHandle]) -> int:
+        armed.append(handle)
+        n = len(tied)
+        if not n:
+            return rng.randrange(5)  # not a tie: the answer is not used
+        entry = q.buckets[handle.when()]
+        assert list(tied) == (entry if isinstance(entry, list) else [entry])
         i = rng.randrange(n + 1)
         asked.append((n, i))
         return i
@@ -356,6 +364,7 @@ def test_tie_function_places_equal_deadlines(ops: list[tuple[str, float, int]], 
             n = 0 if entry is None else len(entry) if isinstance(entry, list) else 1
             before = len(asked)
             handle = make(q, value)
+            assert armed[-1] is handle
             if n == 0:
                 assert len(asked) == before  # no tie, no question
             else:

@@ -58,6 +58,9 @@ from .scheduler import MAX_POLL_TIMEOUT, LoopBase, Scheduler, trim
 from .timers import TimerQueue
 from .waker import make_waker
 
+#: pytest hides these frames from a testing report's traceback (`debug.hide_from_reports`).
+__tracebackhide__ = _debug.hide_from_reports
+
 __all__ = [
     "MAX_POLL_TIMEOUT",
     "CoreLoop",

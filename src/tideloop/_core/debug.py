@@ -26,6 +26,27 @@ DEBUG_STACK_DEPTH: Final = 10
 _COROUTINE_MARKER: Final = getattr(asyncio.coroutines, "_is_coroutine", None)
 
 
+#: Environment variable: show the loop's own frames in the tracebacks of
+#: ``tideloop.testing``'s reports too (see `hide_from_reports`).
+FULL_FRAMES_ENV: Final = "TIDELOOP_FULL_FRAMES"
+
+
+def full_frames() -> bool:
+    """Whether `FULL_FRAMES_ENV` asks for the loop's own frames."""
+    return os.environ.get(FULL_FRAMES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hide_from_reports(excinfo: Any = None) -> bool:
+    """pytest's ``__tracebackhide__`` for the core's frames (a module global of
+    the modules a report passes through): hidden only from the traceback of a
+    report ``tideloop.testing`` raises (a deadlock, a broken property: its
+    class says ``tideloop_report``), whose text already says where the
+    program waits, and shown when `FULL_FRAMES_ENV` asks. Every other
+    exception's traceback keeps them."""
+    value = getattr(excinfo, "value", None)
+    return bool(getattr(value, "tideloop_report", False)) and not full_frames()
+
+
 def debug_from_environment() -> bool:
     """asyncio's default for ``get_debug()`` on a new loop."""
     return sys.flags.dev_mode or (

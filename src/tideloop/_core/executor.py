@@ -111,7 +111,7 @@ class ThreadJobs:
             if schedule is None:
                 fut = asyncio.wrap_future(job, loop=loop)  # type: ignore[arg-type]
             else:
-                fut = self._chain_to_schedule(loop, job, schedule)
+                fut = self._chain_to_schedule(loop, job, schedule, func)
         except BaseException:
             self.pending -= 1
             raise
@@ -126,15 +126,21 @@ class ThreadJobs:
         return fut
 
     def _chain_to_schedule(
-        self, loop: JobsOwner, job: concurrent.futures.Future[_T], schedule: Schedule
+        self,
+        loop: JobsOwner,
+        job: concurrent.futures.Future[_T],
+        schedule: Schedule,
+        func: Callable[..., object],
     ) -> asyncio.Future[_T]:
         """``wrap_future`` under a Schedule: the result always reaches the
         loop as a thread's result (`Schedule.admit_thread_result`), also when
         the job is already done (asyncio 3.14+ then sets the future at once,
-        and earlier versions queue it from the loop's thread)."""
+        and earlier versions queue it from the loop's thread). The schedule
+        is told the job's number and *func* first (`Schedule.job_submitted`)."""
         fut: asyncio.Future[_T] = loop.create_future()
         number = self._chained
         self._chained = number + 1
+        schedule.job_submitted(number, func)
         wake = self._wake
 
         def job_done(job: concurrent.futures.Future[_T]) -> None:  # any thread

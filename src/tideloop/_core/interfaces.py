@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ __all__ = [
     "Schedule",
     "Supervisor",
     "ThreadPoster",
+    "TimerTie",
 ]
 
 _T = TypeVar("_T")
@@ -187,15 +188,38 @@ class Resource(Protocol):
     def close(self) -> None: ...
 
 
+class TimerTie(Protocol):
+    """A `Schedule`'s answer to where an armed timer goes (see `TimerQueue`)."""
+
+    def __call__(self, handle: asyncio.TimerHandle, tied: Sequence[asyncio.TimerHandle]) -> int:
+        """Where *handle* goes among *tied*, the timers already queued with its
+        deadline in their firing order: an index ``0 .. len(tied)``. Called
+        for every timer pushed; with *tied* empty the answer is not used."""
+        ...
+
+
 class Schedule(Protocol):
     """Decides the orderings asyncio leaves open (``tideloop.testing.Perturber``).
 
     The core consults it only through what it returns at construction, so a
-    loop without one runs no schedule code at all.
+    loop without one runs no schedule code at all. The calls that only
+    *tell* it something (a timer armed with no tie, `job_submitted`,
+    `bind`) let it name what it decides about in the program's terms
+    (which line armed a timer, which function a job runs).
     """
 
-    def timer_tie(self) -> Callable[[int], int]:
-        """Where a timer goes among *n* with its deadline, 0..n (see `TimerQueue`)."""
+    def timer_tie(self) -> TimerTie:
+        """The function the timer queue asks for every timer pushed."""
+        ...
+
+    def bind(self, view: LoopView) -> None:
+        """Once, when the loop is built: its read-only `LoopView`."""
+        ...
+
+    def job_submitted(self, job: int, func: Callable[..., object]) -> None:
+        """The loop's *job*-th executor job (the number `admit_thread_result`
+        gets) was submitted to run *func*. Called on the loop's thread, inside
+        ``run_in_executor``: the caller's frames are the submitting code's."""
         ...
 
     def attach(
@@ -248,6 +272,15 @@ class LoopView(Protocol):
     def watched_fds(self) -> set[int]:
         """Registered fds that some event outside the loop may make ready:
         every reader's and writer's but the loop's own waker and signal pipe."""
+        ...
+
+    def fd_handles(self, fd: int) -> tuple[asyncio.Handle | None, asyncio.Handle | None]:
+        """The handles registered to read and to write *fd* (None: none), to
+        name whoever uses it (a transport, a server's accept, a connect)."""
+        ...
+
+    def timers(self) -> list[asyncio.TimerHandle]:
+        """The queued timers that are not cancelled, in no particular order."""
         ...
 
     def signals(self) -> set[int]:

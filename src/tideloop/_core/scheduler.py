@@ -83,6 +83,9 @@ from .metrics import Counters, Instruments, SlowCallbackHook, describe_slow
 from .timers import FAR_DELAY, TimerQueue
 from .waker import Waker
 
+#: pytest hides these frames from a testing report's traceback (`debug.hide_from_reports`).
+__tracebackhide__ = _debug.hide_from_reports
+
 __all__ = [
     "BUSY_THREAD_SLICE",
     "MAX_POLL_TIMEOUT",

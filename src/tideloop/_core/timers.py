@@ -20,11 +20,14 @@ Facts / what this means for us:
   deadline to its timer, or to a list of them in the rare case of equal
   deadlines (asyncio leaves their order open; here it is scheduling order).
 - A `Schedule` (``tideloop.testing``) hands the queue a *tie* function
-  through the constructor: a push onto a deadline that already has timers
-  asks it where in that bucket the new timer goes (``tie(n)`` with *n*
-  timers there: an index 0..n, n being scheduling order), so equal
-  deadlines fire in an order the schedule chose, and only real ties cost a
-  call. Deadline order is the heap's; no tie changes it.
+  through the constructor (``interfaces.TimerTie``): every push asks it
+  where the new timer goes among the timers already queued with its
+  deadline (``tie(handle, tied)``: an index 0..len(tied), len(tied) being
+  scheduling order; with none there the answer is not used, and the call
+  only tells the schedule that a timer was armed, to name it later in the
+  program's terms), so equal deadlines fire in an order the schedule
+  chose. Without a schedule nothing is called. Deadline order is the
+  heap's; no tie changes it.
 - Timers are ordered by their float deadline (divergence
   "timer-deadline-as-float"): the loop passes ``float(when)``.
 - Far timers. Most timers that are armed far ahead are timeouts, cancelled
@@ -75,12 +78,12 @@ Invariants:
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from math import inf, nextafter
 from typing import Final
 
 from .handles import ReadyQueue, TimerHandle
+from .interfaces import TimerTie
 from .metrics import LAG_BOUNDS, Counters
 
 #: asyncio's compaction thresholds (base_events._MIN_SCHEDULED_TIMER_HANDLES, ...).
@@ -120,10 +123,8 @@ class TimerQueue:
         "size",
     )
 
-    def __init__(
-        self, tie: Callable[[int], int] | None = None, counters: Counters | None = None
-    ) -> None:
-        """*tie*: where a timer goes among *n* with its deadline (None: last).
+    def __init__(self, tie: TimerTie | None = None, counters: Counters | None = None) -> None:
+        """*tie*: where a timer goes among those with its deadline (None: last).
 
         *counters*: where `pop_due` records how late timers were (the
         loop's metrics); None keeps a private set.
@@ -261,14 +262,15 @@ class TimerQueue:
         assert tie is not None
         entry = self.buckets.get(when)
         if entry is None:
+            tie(handle, ())  # armed, tied with none: nothing to decide
             self.buckets[when] = handle
             heappush(self.heap, when)
             return
         if isinstance(entry, list):
-            i = tie(len(entry))
+            i = tie(handle, entry)
             entry.insert(i, handle)
         else:
-            self.buckets[when] = [entry, handle] if tie(1) else [handle, entry]
+            self.buckets[when] = [entry, handle] if tie(handle, (entry,)) else [handle, entry]
 
     def pass_markers(self) -> float | None:
         """Before the loop blocks: migrate now instead of waking for a marker.

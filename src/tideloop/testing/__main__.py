@@ -6,7 +6,8 @@ Layer: top (``tideloop.testing``), a command line over ``_explore`` and ``_searc
         [--schedules N] [--seed S] [--depth D] [--bound K] [--virtual-time]
         [--wakeups] [-j PROCESSES] [--state FILE] [--tape FILE] [--timeout SECONDS]
     python -m tideloop.testing replay MODULE:FUNCTION TAPE
-    python -m tideloop.testing trace TAPE
+    python -m tideloop.testing show TAPE [-o FILE.html] [--scenario MODULE:FUNCTION]
+    python -m tideloop.testing trace TAPE [--scenario MODULE:FUNCTION] [--decisions]
     python -m tideloop.testing diff TAPE TAPE
 
 ``explore`` imports FUNCTION (an async function taking no argument: each
@@ -22,7 +23,15 @@ found, 0 when none was (and the summary says whether a systematic search
 exhausted its space), 2 on bad usage. ``--wakeups`` turns on the opt-in
 variation of how many iterations a task's step takes; a failure that needs
 it is reported as latent. ``replay`` and ``trace`` take the mode from the
-tape.
+tape. A failure's report names each deviation in the program's terms and
+says whether it is an ordering or a timing failure (``_report``), and its
+timeline is written next to the tape (``FUNCTION.tape.html``).
+
+``show`` writes a tape's timeline as one self-contained HTML file (default:
+next to the tape, ``.html`` for ``.json``); ``trace`` prints the same run
+as text. Both draw the run recorded in the tape; a tape without one (an
+older tape) is replayed once, with ``--scenario`` or the ``MODULE:FUNCTION``
+it names, to record it. ``trace --decisions`` prints the decision log.
 """
 
 from __future__ import annotations
@@ -41,12 +50,15 @@ from ._explore import (
     Tape,
     _describe_failure,
     attempt,
+    describe_tape,
     diff,
     explore,
     load_scenario,
+    record,
     replay,
     run_seeds,
     shrink,
+    timeline_path,
 )
 from ._search import STRATEGIES, Options
 
@@ -185,17 +197,31 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         wakeups=args.wakeups,
         shrunk_from=original,
     )
+    _record(tape, scenario)
     _report_tape(args, tape, runs)
     return 1
 
 
+def _record(tape: Tape, scenario: Scenario) -> None:
+    """Replay *tape* once with a recording: its details and its timeline."""
+    recorded = record(
+        scenario,
+        {d.point: d.value for d in tape.deviations},
+        virtual_time=tape.virtual_time,
+        wakeups=tape.wakeups,
+    )
+    describe_tape(tape, recorded)
+
+
 def _report_tape(args: argparse.Namespace, tape: Tape, runs: int) -> None:
     path = tape.save(args.tape or f"{args.scenario.rpartition(':')[2]}.tape.json")
+    timeline = tape.save_timeline(tape_path=path)
     print(f"found by {tape.found_by}: {tape.failure}")
-    print(tape.words())
+    print(tape.report())
     if tape.shrunk_from is not None:
         print(f"(shrunk from {tape.shrunk_from} deviation(s) in {runs} run(s))")
     print(f"tape: {path}")
+    print(f"timeline: {timeline}")
     print(f"replay: python -m tideloop.testing replay {args.scenario} {path}")
 
 
@@ -242,8 +268,38 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recorded_tape(args: argparse.Namespace) -> Tape:
+    """The tape, with its run recorded (replayed here if it has none and its
+    scenario can be imported)."""
+    tape = Tape.load(args.tape)
+    if tape.timeline is not None and not args.scenario:
+        return tape
+    spec = args.scenario or tape.scenario
+    if ":" not in spec or "::" in spec:
+        print(
+            f"note: {args.tape} has no recorded run and names no MODULE:FUNCTION "
+            "(a pytest tape: rerun the test with --tideloop-seeds to record one); "
+            "showing its decisions",
+            file=sys.stderr,
+        )
+        return tape
+    _record(tape, load_scenario(spec))
+    return tape
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    tape = _recorded_tape(args)
+    out = Path(args.output) if args.output else timeline_path(args.tape)
+    path = tape.save_timeline(out, tape_path=args.tape)
+    print(f"timeline: {path}")
+    return 0
+
+
 def _cmd_trace(args: argparse.Namespace) -> int:
-    print(Tape.load(args.tape).trace())
+    if args.decisions:
+        print(Tape.load(args.tape).decision_trace())
+        return 0
+    print(_recorded_tape(args).trace())
     return 0
 
 
@@ -289,8 +345,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("scenario")
     p.add_argument("tape")
     p.set_defaults(run=_cmd_replay)
-    p = commands.add_parser("trace", help="print a tape's event log")
+    p = commands.add_parser("show", help="write a tape's timeline as one self-contained HTML file")
     p.add_argument("tape")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.html",
+        help="where the page goes (default: next to the tape, .html for .json)",
+    )
+    p.add_argument(
+        "--scenario",
+        metavar="MODULE:FUNCTION",
+        help="replay the tape on this scenario to record its run (default: the "
+        "tape's own, when it has no recorded run)",
+    )
+    p.set_defaults(run=_cmd_show)
+    p = commands.add_parser("trace", help="print a tape's recorded run, a line per event")
+    p.add_argument("tape")
+    p.add_argument(
+        "--scenario",
+        metavar="MODULE:FUNCTION",
+        help="replay the tape on this scenario to record its run",
+    )
+    p.add_argument(
+        "--decisions",
+        action="store_true",
+        help="print the decision log instead (every decision, deviations marked *)",
+    )
     p.set_defaults(run=_cmd_trace)
     p = commands.add_parser("diff", help="where two tapes' event logs first differ")
     p.add_argument("a")

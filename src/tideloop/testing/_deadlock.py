@@ -28,6 +28,14 @@ means the loop just waits, as before:
 - a signal handler other than the one ``asyncio.Runner`` installs for
   SIGINT.
 
+The report shows each task as its author knows it (``_where``): its name,
+its coroutine, the program's own frames of its await chain (outermost
+first, each with its line of source) and the library call it waits in.
+The frames of asyncio and tideloop are left out, and counted, unless
+``TIDELOOP_FULL_FRAMES=1`` asks for them (`_report.full_frames`); under
+pytest, the frames of this check are hidden from the traceback the same
+way (``__tracebackhide__``).
+
 Invariant: `check` raises only when the loop would otherwise block forever;
 it never changes what the loop does otherwise.
 """
@@ -41,7 +49,11 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from tideloop._core.debug import FULL_FRAMES_ENV, full_frames
 from tideloop._core.interfaces import LoopView
+
+from . import _where
+from ._report import hide_loop_frames, site_text, task_text
 
 #: Stack frames shown per task.
 _FRAMES = 8
@@ -49,6 +61,12 @@ _FRAMES = 8
 
 class Deadlock(RuntimeError):
     """Every task waits, and nothing (no timer, thread, real fd, signal) can wake them."""
+
+    #: A report: the loop's frames are hidden from its traceback under pytest.
+    tideloop_report = True
+
+
+Deadlock.__module__ = "tideloop.testing"  # where users import it from
 
 
 def check(
@@ -66,6 +84,7 @@ def check(
     which *simulated* is true is a simulated socket (a `SimNetwork`
     delivers only through timers): it cannot wake the loop either.
     """
+    __tracebackhide__ = hide_loop_frames  # pytest: the program's frames first
     idle_workers = view.executor_threads()
     current = threading.get_ident()
     for thread in threading.enumerate():
@@ -83,38 +102,41 @@ def check(
     raise Deadlock(report(list(view.tasks()), view.time()))
 
 
-def report(tasks: list[asyncio.Task[Any]], now: float) -> str:
-    """What each task waits for: its await stack, innermost last."""
+def report(tasks: list[asyncio.Task[Any]], now: float, *, full: bool | None = None) -> str:
+    """What each task waits for: the program's frames of its await chain
+    (outermost first), and with *full* (default: `TIDELOOP_FULL_FRAMES`)
+    every frame, asyncio's and tideloop's too, and the future it awaits."""
+    if full is None:
+        full = full_frames()
     lines = [
         f"deadlock at virtual time {now!r}: {len(tasks)} task(s) wait, and no timer, "
         "thread, real fd or signal can wake any of them"
     ]
-    graph = getattr(asyncio, "format_call_graph", None)  # Python 3.14+
+    hidden = 0
     for task in sorted(tasks, key=lambda t: t.get_name()):
-        lines.append(f"- {task.get_name()}: {task.get_coro()!r}")
-        if graph is not None:
-            lines.extend("    " + line for line in graph(task).splitlines()[1:])
-            continue
-        lines.extend(_await_chain(task))
+        lines.append(f"- {task_text(_where.task_words(task))}")
+        chain, n = _await_chain(task, full)
+        lines.extend(chain)
+        hidden += n
+    if hidden:
+        lines.append(
+            f"({hidden} frame(s) of asyncio and tideloop left out; {FULL_FRAMES_ENV}=1 shows them)"
+        )
     return "\n".join(lines)
 
 
-def _await_chain(task: asyncio.Task[Any]) -> list[str]:
-    """The coroutine frames from the task's own down to what it awaits.
-
-    ``Task.get_stack`` shows a suspended coroutine's own frame only; the
-    chain is followed through ``cr_await`` (and ``gi_yieldfrom`` for
-    generator-based awaitables), as 3.14's call graph does.
-    """
+def _await_chain(task: asyncio.Task[Any], full: bool) -> tuple[list[str], int]:
+    """The task's frames, from its coroutine's down to what it awaits, and how
+    many were left out (the loop's own, without *full*)."""
+    frames, awaited = _where.await_chain(task)
     lines: list[str] = []
-    awaited: Any = task.get_coro()
-    while awaited is not None and len(lines) < _FRAMES:
-        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-        if frame is None:
-            break
-        code = frame.f_code
-        lines.append(f"    {code.co_qualname} at {code.co_filename}:{frame.f_lineno}")
-        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-    if isinstance(awaited, asyncio.Future):
+    hidden = 0
+    for frame in frames[:_FRAMES] if full else frames:
+        if not full and _where.kind_of_file(frame.f_code.co_filename) in _where.LIBRARY:
+            hidden += 1
+            continue
+        site = _where.site_of(frame)
+        lines.append(f"    {site['function']} at {site_text(site)}")
+    if full and isinstance(awaited, asyncio.Future):
         lines.append(f"    awaits {awaited!r}")
-    return lines
+    return lines, hidden

@@ -17,8 +17,14 @@ On top of that:
   fails (delta debugging: no single deviation of it can be dropped), then
   lowers each value as far as the failure allows;
 - a `Tape` is that list, by point identity, with its words, the run's full
-  decision log (the event log `trace` prints) and what failed: saved as
-  JSON, it replays with `ReplayStrategy` on any supported Python.
+  decision log and what failed: saved as JSON, it replays with
+  `ReplayStrategy` on any supported Python;
+- `record` replays a failing schedule once more with a `Recording`
+  (``_recording``): its deviations get their details in the program's
+  terms (``_where``; worded and classified as ordering or timing by
+  ``_report``) and the tape the run's events (``Tape.timeline``), which
+  ``_timeline`` draws and `Tape.trace` prints. `explore` does it for the
+  failure it returns.
 
 Invariant: a scenario's runs share nothing but what the scenario itself
 shares; every run gets new loops, a new strategy and a new log.
@@ -40,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from ._recording import Recording, exception_words, failure_site
+from ._report import Verdict, classify, deviation_words
 from ._search import STRATEGIES, Options
 from ._strategy import Decision, DecisionLog, Point, ReplayStrategy, Strategy
 
@@ -73,6 +81,10 @@ class Tape:
     decisions: list[Decision] = field(default_factory=list)
     decision_count: int = 0
     shrunk_from: int | None = None
+    #: The recorded replay's lanes and events (`record`), or None.
+    timeline: dict[str, Any] | None = None
+    #: Where the failure was raised, in the program (a recorded replay's).
+    failure_site: dict[str, Any] | None = None
 
     @classmethod
     def from_log(cls, log: DecisionLog, **kwargs: Any) -> Tape:
@@ -91,23 +103,42 @@ class Tape:
         with the program as it is."""
         return any(d.point[0] == "wake" for d in self.deviations)
 
+    def verdict(self) -> Verdict:
+        """What kind of failure this is: ordering, timing, latent (``_report``)."""
+        return classify(self.deviations)
+
+    @property
+    def kind(self) -> str:
+        """``"ordering"``, ``"timing"``, ``"latent"`` or ``"deterministic"``."""
+        return self.verdict().kind
+
     def strategy(self) -> ReplayStrategy:
         """A strategy that replays this tape."""
         return ReplayStrategy({d.point: d.value for d in self.deviations})
 
     def words(self) -> str:
-        """The schedule in words: each deviation, and that all else kept order."""
+        """The schedule in words: what kind of failure it is, each deviation in
+        the program's terms, and that all else kept order."""
+        verdict = self.verdict()
         if not self.deviations:
-            return "the unperturbed schedule (no deviation)"
-        lines = [f"{len(self.deviations)} deviation(s) from the unperturbed schedule:"]
-        lines += [f"  - {d.words or d.point}" for d in self.deviations]
+            return f"the unperturbed schedule (no deviation)\n{verdict.summary}"
+        lines = [verdict.summary]
+        lines += [f"  {reason}" for reason in verdict.reasons]
+        lines.append(f"{len(self.deviations)} deviation(s) from the unperturbed schedule:")
+        lines += [f"  - {deviation_words(d)}" for d in self.deviations]
         lines.append("  everything else in order")
-        if self.latent:
-            lines.append(
-                "  latent: this schedule needs a task step to come later than asyncio "
-                "queues it now; the program is right as it is, but one more await in "
-                "it or in a library it calls makes this failure possible"
-            )
+        return "\n".join(lines)
+
+    def report(self) -> str:
+        """The whole report: the schedule in words, then what failed and where."""
+        lines = [self.words()]
+        if self.failure:
+            where = ""
+            if self.failure_site:
+                where = f"\n  at {self.failure_site.get('where')}"
+                if self.failure_site.get("code"):
+                    where += f": {self.failure_site['code']}"
+            lines.append(f"failure: {self.failure}{where}")
         return "\n".join(lines)
 
     # ------------------------------------------------------------------
@@ -115,14 +146,18 @@ class Tape:
 
     def to_json(self) -> dict[str, Any]:
         def dump(d: Decision) -> dict[str, Any]:
-            return {
+            out = {
                 "i": d.index,
                 "point": list(d.point),
                 "n": d.n,
                 "value": d.value,
                 "words": d.words,
             }
+            if d.detail:
+                out["detail"] = d.detail
+            return out
 
+        verdict = self.verdict()
         return {
             "tideloop_tape": TAPE_VERSION,
             "scenario": self.scenario,
@@ -133,9 +168,13 @@ class Tape:
             "virtual_time": self.virtual_time,
             "wakeups": self.wakeups,
             "shrunk_from": self.shrunk_from,
+            "kind": verdict.kind,
+            "summary": verdict.summary,
+            "failure_site": self.failure_site,
             "deviations": [dump(d) for d in self.deviations],
             "decision_count": self.decision_count,
             "decisions": [dump(d) for d in self.decisions],
+            "timeline": self.timeline,
         }
 
     @classmethod
@@ -145,7 +184,12 @@ class Tape:
 
         def load(d: dict[str, Any]) -> Decision:
             return Decision(
-                int(d["i"]), _point(d["point"]), int(d["n"]), int(d["value"]), d["words"]
+                int(d["i"]),
+                _point(d["point"]),
+                int(d["n"]),
+                int(d["value"]),
+                d["words"],
+                d.get("detail"),
             )
 
         return cls(
@@ -160,6 +204,8 @@ class Tape:
             decisions=[load(d) for d in data.get("decisions", ())],
             decision_count=int(data.get("decision_count", 0)),
             shrunk_from=data.get("shrunk_from"),
+            timeline=data.get("timeline"),
+            failure_site=data.get("failure_site"),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -168,12 +214,34 @@ class Tape:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         return path
 
+    def save_timeline(self, path: str | Path | None = None, *, tape_path: str | Path = "") -> Path:
+        """Write this tape's timeline as one self-contained HTML file: at *path*,
+        or next to *tape_path* (``x.json`` -> ``x.html``)."""
+        from ._timeline import render_html
+
+        if path is None:
+            path = timeline_path(tape_path)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_html(self, source=str(tape_path)))
+        return path
+
     @classmethod
     def load(cls, path: str | Path) -> Tape:
         return cls.from_json(json.loads(Path(path).read_text()))
 
     def trace(self) -> str:
-        """The run's event log: every decision, deviations marked ``*``."""
+        """The run in text: its recorded events (`timeline`), in the program's
+        terms, deviations marked ``*`` and the failure ``!``; without a
+        recording, every decision, deviations marked ``*``."""
+        if self.timeline is not None:
+            from ._timeline import render_text
+
+            return render_text(self)
+        return self.decision_trace()
+
+    def decision_trace(self) -> str:
+        """The run's decision log: every decision, deviations marked ``*``."""
         lines = [
             f"tape of {self.scenario or 'a scenario'}: {self.found_by}",
             f"recorded on {self.implementation} {self.python}; "
@@ -183,10 +251,18 @@ class Tape:
             lines.append(f"failure: {self.failure}")
         for d in self.decisions:
             mark = "*" if d.value else " "
-            lines.append(f"{mark} #{d.index:<5} {d.words or d.point}")
+            lines.append(f"{mark} #{d.index:<5} {deviation_words(d) if d.value else d.words}")
         if self.decision_count > len(self.decisions):
             lines.append(f"  ... {self.decision_count - len(self.decisions)} more not logged")
         return "\n".join(lines)
+
+
+def timeline_path(tape_path: str | Path) -> Path:
+    """Where a tape's timeline goes: beside it, ``.html`` for ``.json``."""
+    path = Path(tape_path)
+    name = path.name
+    stem = name[: -len(".json")] if name.endswith(".json") else name
+    return path.with_name(stem + ".html")
 
 
 def diff(a: Tape, b: Tape) -> str:
@@ -254,6 +330,73 @@ def attempt(
     except Exception as exc:
         return log, exc
     return log, None
+
+
+@dataclass
+class Recorded:
+    """A failing schedule replayed once more with a `Recording` (`record`)."""
+
+    log: DecisionLog
+    recording: Recording
+    exception: BaseException | None
+    #: Whether the replay failed (a test runner's replay has no exception).
+    failed: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.failed is None:
+            self.failed = self.exception is not None
+
+
+def record(
+    scenario: Scenario,
+    deviations: dict[Point, int],
+    *,
+    virtual_time: bool = False,
+    timeout: float | None = None,
+    wakeups: bool = False,
+) -> Recorded:
+    """Replay *deviations* once with a `Recording`: the run's events, and its
+    log, whose deviations carry their details in the program's terms."""
+    recording = Recording()
+    log, exc = attempt(
+        scenario,
+        ReplayStrategy(deviations, recording=recording),
+        virtual_time=virtual_time,
+        timeout=timeout,
+        wakeups=wakeups,
+    )
+    recording.finish(exc)
+    return Recorded(log, recording, exc)
+
+
+def describe_tape(tape: Tape, recorded: Recorded) -> Tape:
+    """*tape* with what its recorded replay saw: each deviation's detail (where
+    the replay met the same point), the timeline, and where it failed."""
+    met = recorded.log.deviations
+    for d in tape.deviations:
+        seen = met.get(d.point)
+        if seen is not None and seen.detail:
+            d.detail = seen.detail
+    by_index = {d.point: d for d in tape.deviations}
+    for d in tape.decisions:
+        if d.value and d.point in by_index:
+            d.detail = by_index[d.point].detail
+    tape.timeline = recorded.recording.to_json()
+    if not recorded.failed:
+        tape.timeline["note"] = (
+            "the replay recorded here passed: its real input (a thread's timing, a "
+            "real peer) arrived differently from the failing run's"
+        )
+    site = None
+    if recorded.exception is not None:
+        tape.timeline["failure"] = exception_words(recorded.exception)
+        site = failure_site(recorded.exception)
+    failure = recorded.recording.failure
+    if site is None and failure is not None:
+        site = failure.get("site")
+    if site is not None and tape.failure_site is None:
+        tape.failure_site = site
+    return tape
 
 
 @dataclass
@@ -390,6 +533,7 @@ def explore(
     name: str = "",
     timeout: float | None = None,
     wakeups: bool = False,
+    describe: bool = True,
 ) -> Exploration:
     """Run *scenario* under up to *schedules* schedules; stop at the first failure.
 
@@ -401,6 +545,10 @@ def explore(
     longer than *timeout* seconds of loop time fails (`RunTimeout`).
     *wakeups* turns on the opt-in variation of how many iterations a task's
     step takes: a failure that needs it is marked latent (`Tape.latent`).
+    With *describe* (the default) the failure is replayed once more and
+    recorded (`record`): its tape then names every deviation in the
+    program's terms, says whether it is an ordering or a timing failure
+    (`Tape.verdict`) and carries the run's timeline.
     """
     recipe = STRATEGIES.get(strategy)
     if schedules < 1:
@@ -451,6 +599,15 @@ def explore(
             wakeups=wakeups,
             shrunk_from=original if shrink_failure else None,
         )
+        if describe:
+            recorded = record(
+                scenario,
+                {p: d.value for p, d in failing.deviations.items()},
+                virtual_time=virtual_time,
+                timeout=timeout,
+                wakeups=wakeups,
+            )
+            describe_tape(result.tape, recorded)
     result.seconds = time.perf_counter() - start
     return result
 

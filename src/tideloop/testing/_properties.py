@@ -18,6 +18,12 @@ turns a broken one into `PropertyViolation`:
 Combined with seeds (`Perturber`, `SimNetwork`), a property breaks on the
 seed's schedule and the seed replays it.
 
+A violation names the callback after which the predicate broke in the
+program's terms (``_where``): a task's step by the task, its coroutine and
+the line it then waits at; a predicate that is a lambda by its file and
+line. Under pytest, the frames of the check are hidden from the traceback
+unless ``TIDELOOP_FULL_FRAMES=1`` (``_report.hide_loop_frames``).
+
 Invariant: the observer is added exactly while a loop has at least one
 check, and removed with the last.
 """
@@ -30,24 +36,37 @@ from collections.abc import Callable
 
 from tideloop._loop import Loop
 
+from . import _where
+from ._report import hide_loop_frames, task_text
+
 
 class PropertyViolation(AssertionError):
     """An `always` predicate became false, or an `eventually` one did not hold in time."""
+
+    #: A report: the loop's frames are hidden from its traceback under pytest.
+    tideloop_report = True
+
+
+PropertyViolation.__module__ = "tideloop.testing"  # where users import it from
 
 
 def _name(predicate: Callable[[], object]) -> str:
     name = getattr(predicate, "__qualname__", None) or repr(predicate)
     code = getattr(predicate, "__code__", None)
     if name.endswith("<lambda>") and code is not None:
-        return f"lambda at {code.co_filename}:{code.co_firstlineno}"
-    return str(name)
+        filename = _where.short_path(code.co_filename)
+        text = _where.source_line(code.co_filename, code.co_firstlineno)
+        where = f"lambda at {filename}:{code.co_firstlineno}"
+        return f"{where} `{text}`" if text else where
+    return _where.short_name(str(name))
 
 
 def _describe(handle: asyncio.Handle) -> str:
-    owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+    callback = handle._callback  # type: ignore[attr-defined]
+    owner = getattr(callback, "__self__", None)
     if isinstance(owner, asyncio.Task):
-        return f"a step of task {owner.get_name()!r} ({owner.get_coro()!r})"
-    return repr(handle)
+        return f"a step of {task_text(_where.task_words(owner))}"
+    return f"the callback {_where.callback_words(callback)}"
 
 
 class _Checks:
@@ -76,6 +95,7 @@ class _Checks:
         self._observing = want
 
     def after(self, handle: asyncio.Handle) -> None:
+        __tracebackhide__ = hide_loop_frames  # pytest: the program's frames first
         for name, predicate in list(self.always.values()):
             if not predicate():
                 loop = self._loop()

@@ -71,6 +71,18 @@ iteration run after those already queued; I/O callbacks run before the
 timers due in the same iteration; timers run in deadline order and never
 before their deadline; signal handlers are queued as they arrive.
 
+Naming (for reports and the timeline): a Perturber whose log carries a
+`Recording` (``_recording``: the one extra replay of a failing schedule
+that a report is made from) also notes, for each deviation, who it
+concerns in the program's terms (``_where``): the task that reads a
+connection and the connection's ends; the line that armed a timer and its
+delay; the function an executor job runs and the line that submitted it;
+the thread and the line that called ``call_soon_threadsafe``; the timers a
+held result came after. It hands the recording every timer armed, job
+submitted, fd dispatched and decision made. Without a recording none of
+this runs: a search pays one call per timer armed (`TimerTie`), nothing
+more.
+
 Reproducibility: decisions are keyed by identity, so the same strategy
 makes the same decisions whenever the program presents the same points. A
 program that stays on one loop with in-process loopback peers replays
@@ -85,17 +97,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import socket
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.clock import PollFn, WaitFn
 from tideloop._core.handles import ReadyQueue
+from tideloop._core.interfaces import LoopView, TimerTie
 
+from . import _where
 from ._strategy import DecisionLog, RandomStrategy, Strategy
+
+if TYPE_CHECKING:
+    from ._recording import LoopRecorder
 
 #: Defaults of the model's knobs (see the module docstring).
 DEFER_PROBABILITY: Final = 0.25
@@ -169,21 +187,31 @@ def _callback_name(handle: asyncio.Handle) -> str:
 
 
 class _Held:
-    """A held thread handle: timer firings still to wait, horizon, producer."""
+    """A held thread handle: timer firings still to wait, horizon, producer,
+    and (recording) its deviation's detail, where the timers it came after go."""
 
-    __slots__ = ("deadline", "handle", "left", "thread")
+    __slots__ = ("deadline", "detail", "handle", "left", "thread")
 
-    def __init__(self, handle: asyncio.Handle, left: int, deadline: float, thread: str) -> None:
+    def __init__(
+        self,
+        handle: asyncio.Handle,
+        left: int,
+        deadline: float,
+        thread: str,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
         self.handle = handle
         self.left = left
         self.deadline = deadline
         self.thread = thread
+        self.detail = detail
 
 
 class Perturber:
     """A `Schedule` whose choices come from a `Strategy`: see the module docstring."""
 
     __slots__ = (
+        "_armed",
         "_arrivals",
         "_deadline",
         "_defer_weights",
@@ -199,6 +227,7 @@ class Perturber:
         "_horizon",
         "_inbox",
         "_inner",
+        "_jobs",
         "_loop_no",
         "_loop_thread",
         "_max_defer",
@@ -206,9 +235,11 @@ class Perturber:
         "_now",
         "_priority_weights",
         "_ready",
+        "_rec",
         "_task_count",
         "_tasks",
         "_ties",
+        "_view",
         "_wake_weights",
         "deferrals",
         "holds",
@@ -291,7 +322,9 @@ class Perturber:
         #: Other threads' handles not seen yet, with the thread's name, in
         #: arrival order. Appended from any thread, popped on the loop's
         #: (deque ops are atomic).
-        self._inbox: collections.deque[tuple[asyncio.Handle, str]] = collections.deque()
+        self._inbox: collections.deque[tuple[asyncio.Handle, str, dict[str, Any] | None]] = (
+            collections.deque()
+        )
         self._held: list[_Held] = []
         self._arrivals = 0
         self._ties = 0
@@ -300,6 +333,14 @@ class Perturber:
         self._inner: WaitFn | None = None
         self._now: Callable[[], float] | None = None
         self._deadline: Callable[[], float | None] | None = None
+        self._view: LoopView | None = None
+        #: Recording only (`log.recording`): this loop's recorder, the timers
+        #: armed (where, by whom, for when) and the executor jobs submitted.
+        self._rec: LoopRecorder | None = None
+        self._armed: weakref.WeakKeyDictionary[asyncio.TimerHandle, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._jobs: dict[int, dict[str, Any]] = {}
         #: Decisions taken that changed something (for tests and reports).
         self.shuffles = 0
         self.deferrals = 0
@@ -317,8 +358,14 @@ class Perturber:
     # ------------------------------------------------------------------
     # The core's Schedule protocol
 
-    def timer_tie(self) -> Callable[[int], int]:
-        return self._tie
+    def timer_tie(self) -> TimerTie:
+        return self._timer
+
+    def bind(self, view: LoopView) -> None:
+        self._view = view
+        recording = self.log.recording
+        if recording is not None:
+            self._rec = recording.loop(self._loop_no, view)
 
     def attach(
         self,
@@ -343,18 +390,90 @@ class Perturber:
         if owner is None or owner == threading.get_ident():
             # The loop's own thread: FIFO with call_soon, never held.
             ready.append(handle)
+        elif self._rec is None:
+            self._inbox.append((handle, threading.current_thread().name, None))
         else:
-            self._inbox.append((handle, threading.current_thread().name))
+            # The calling thread's own stack: the line of the program's
+            # that handed the loop this callback.
+            site, _ = _where.here()
+            self._inbox.append((handle, threading.current_thread().name, site))
 
     def admit_thread_result(self, handle: asyncio.Handle, job: int) -> None:
         # Named by submission order, which the program fixes (arrival order
         # is the threads'); jobs are not ordered among themselves.
-        self._inbox.append((handle, f"executor job #{job}"))
+        self._inbox.append((handle, f"executor job #{job}", None))
+
+    def job_submitted(self, job: int, func: Callable[..., object]) -> None:
+        rec = self._rec
+        if rec is None:
+            return
+        site, api = _where.here()
+        expr = _where.argument_text(site, "run_in_executor", 1) or _where.argument_text(
+            site, "to_thread", 0
+        )
+        task = asyncio.current_task()
+        info: dict[str, Any] = {
+            "job": job,
+            "func": _where.function_name(func),
+            "api": api,
+            "submitted": self._now() if self._now is not None else 0.0,
+        }
+        if expr:
+            info["expr"] = expr
+        if site is not None:
+            info["site"] = site
+        defined = _where.function_site(func)
+        if defined is not None:
+            info["defined"] = defined
+        if task is not None:
+            info["task"] = {"task": task.get_name(), "coro": _where.task_words(task)["coro"]}
+        self._jobs[job] = info
+        rec.job_submitted(info)
+
+    # ------------------------------------------------------------------
+    # Timers armed
+
+    def _timer(self, handle: asyncio.TimerHandle, tied: Sequence[asyncio.TimerHandle]) -> int:
+        """Every timer pushed (the core's `TimerTie`): noted when recording;
+        a decision when it ties others' deadline."""
+        if self._rec is not None:
+            self._note_timer(handle)
+        n = len(tied)
+        return self._tie(n, handle, tied) if n else 0
+
+    def _note_timer(self, handle: asyncio.TimerHandle) -> None:
+        assert self._rec is not None and self._now is not None
+        site, api = _where.here(2)
+        now = self._now()
+        info: dict[str, Any] = {
+            "when": handle.when(),
+            "delay": handle.when() - now,
+            "armed": now,
+            "callback": _where.callback_words(handle._callback),  # type: ignore[attr-defined]
+        }
+        if api:
+            info["api"] = api
+        if site is not None:
+            info["site"] = site
+        task = asyncio.current_task()
+        if task is not None:
+            info["task"] = {"task": task.get_name(), "coro": _where.task_words(task)["coro"]}
+        self._armed[handle] = info
+        self._rec.timer_armed(handle, info)
+
+    def _timer_words(self, handle: asyncio.TimerHandle) -> dict[str, Any]:
+        info = self._armed.get(handle)
+        if info is not None:
+            return dict(info)
+        return {
+            "when": handle.when(),
+            "callback": _where.callback_words(handle._callback),  # type: ignore[attr-defined]
+        }
 
     # ------------------------------------------------------------------
     # Timers with equal deadlines
 
-    def _tie(self, n: int) -> int:
+    def _tie(self, n: int, handle: asyncio.TimerHandle, tied: Sequence[asyncio.TimerHandle]) -> int:
         i = self._ties
         self._ties = i + 1
         weights = [TIE_PROBABILITY / n] * n
@@ -364,7 +483,18 @@ class Perturber:
                 return f"timer tie #{i}: after the {n} timer(s) with its deadline, in order"
             return f"timer tie #{i}: ran before {v} of the {n} timer(s) armed earlier for it"
 
-        v = self.log.choose(("tie", self._loop_no, i), n + 1, weights, words)
+        detail = None
+        if self._rec is not None:
+
+            def detail(v: int) -> dict[str, Any]:
+                return {
+                    "kind": "tie",
+                    "timer": self._timer_words(handle),
+                    "ahead_of": [self._timer_words(h) for h in tied[n - v :]],
+                    "tied": n,
+                }
+
+        v = self.log.choose(("tie", self._loop_no, i), n + 1, weights, words, detail)
         if v:
             self.ties += 1
         return n - v
@@ -376,6 +506,9 @@ class Perturber:
         self._loop_thread = threading.get_ident()
         inner = self._inner
         held = self._held
+        rec = self._rec
+        if rec is not None:
+            rec.iteration()
         if self.wakeups and (self._ready or self._delayed):
             self._vary_steps()
             if self._delayed or self._ready:
@@ -408,6 +541,8 @@ class Perturber:
             self._admit()
         if events or self._deferred:
             events = self._perturb(events)
+        if rec is not None and (events or self._deferred):
+            rec.ready(events, self._deferred)
         return events
 
     def _release(self, which: list[_Held]) -> None:
@@ -431,8 +566,9 @@ class Perturber:
         deadline = self._now() + self._horizon
         weights = self._hold_weights
         n = self._max_hold + 1
+        rec = self._rec
         while inbox:
-            handle, thread = inbox.popleft()
+            handle, thread, site = inbox.popleft()
             name = _callback_name(handle)
             point: tuple[str | int, ...]
             if thread.startswith("executor job #"):
@@ -449,14 +585,53 @@ class Perturber:
                     return f"{what}: admitted at once"
                 return f"{what}: arrived after {v} more timer firing(s)"
 
-            v = self.log.choose(point, n, weights, words) if n > 1 else 0
+            detail = None
+            if rec is not None:
+                detail = functools.partial(self._arrival_detail, point, handle, thread, site)
+            v = self.log.choose(point, n, weights, words, detail) if n > 1 else 0
             # One thread's handles keep their order: never before an earlier one.
             for h in self._held:
                 if h.thread == thread and h.left > v:
                     v = h.left
             if v:
                 self.holds += 1
-            self._held.append(_Held(handle, v, deadline, thread))
+            chosen = self.log.deviations.get(point) if v and rec is not None else None
+            self._held.append(
+                _Held(handle, v, deadline, thread, chosen.detail if chosen is not None else None)
+            )
+            if rec is not None:
+                rec.arrived(point, handle, thread, site, v)
+
+    def _arrival_detail(
+        self,
+        point: tuple[str | int, ...],
+        handle: asyncio.Handle,
+        thread: str,
+        site: dict[str, Any] | None,
+        v: int,
+    ) -> dict[str, Any]:
+        """A held thread result in the program's terms (recording only)."""
+        if point[0] == "job":
+            job = dict(self._jobs.get(int(point[2]), {"job": point[2]}))
+            job["kind"] = "job"
+            job["after"] = []
+            return job
+        callback = handle._callback  # type: ignore[attr-defined]
+        out: dict[str, Any] = {
+            "kind": "thread",
+            "thread": thread,
+            "callback": _where.callback_words(callback),
+            "after": [],
+        }
+        if site is not None:
+            out["site"] = site
+        loop = asyncio.events._get_running_loop()
+        if loop is not None:
+            owner = getattr(callback, "__self__", None)
+            args = handle._args
+            waiting = _where.tasks_waiting_on([owner, *args], _where.tasks_of(loop))
+            out["wakes"] = [_where.task_words(t) for t in waiting]
+        return out
 
     def _admit(self) -> None:
         """Admit the held handles whose timers have fired; count this iteration's."""
@@ -464,19 +639,33 @@ class Perturber:
         head = self._deadline()
         # Timers fall due in this iteration: they run after what is admitted
         # now, so a handle waiting for one more firing is admitted next time.
-        fired = head is not None and head <= self._now()
+        now = self._now()
+        fired = head is not None and head <= now
         append = self._ready.append  # type: ignore[union-attr]
         keep: list[_Held] = []
         blocked: set[str] = set()
+        due: list[dict[str, Any]] | None = None
         for h in self._held:
             if h.left <= 0 and h.thread not in blocked:
                 append(h.handle)
                 continue
             if fired:
                 h.left -= 1
+                if h.detail is not None:
+                    # These timers run before it: name them (recording only).
+                    if due is None:
+                        due = self._due_timers(now)
+                    h.detail["after"].extend(due)
             blocked.add(h.thread)
             keep.append(h)
         self._held = keep
+
+    def _due_timers(self, now: float) -> list[dict[str, Any]]:
+        view = self._view
+        if view is None:
+            return []
+        due = sorted((t for t in view.timers() if t.when() <= now), key=lambda t: t.when())
+        return [self._timer_words(t) for t in due]
 
     # ------------------------------------------------------------------
     # Task steps (wake-up mode)
@@ -533,8 +722,14 @@ class Perturber:
                 return f"{what}: in its iteration"
             return f"{what}: {v} iteration(s) late (latent: as if it awaited {v} more time(s))"
 
+        detail = None
+        if self._rec is not None:
+
+            def detail(v: int) -> dict[str, Any]:
+                return {"kind": "wake", "task": _where.task_words(task), "step": k, "late": v}
+
         n = len(self._wake_weights) + 1
-        v = self.log.choose(("wake", self._loop_no, ident, k), n, self._wake_weights, words)
+        v = self.log.choose(("wake", self._loop_no, ident, k), n, self._wake_weights, words, detail)
         if v:
             self.wakes += 1
         return v
@@ -578,7 +773,8 @@ class Perturber:
             if n == 1:
                 batch.append((0, ident, event))
                 continue
-            v = log.choose(("fd", loop_no, ident, k), n, weights, self._fd_words_for(fd, k))
+            detail = None if self._rec is None else functools.partial(self._fd_detail, fd, k)
+            v = log.choose(("fd", loop_no, ident, k), n, weights, self._fd_words_for(fd, k), detail)
             if not v:
                 batch.append((0, ident, event))
             elif v <= self._max_defer:
@@ -590,6 +786,16 @@ class Perturber:
         self._deferred = still
         batch.sort(key=lambda b: (-b[0], b[1]))
         return [b[2] for b in batch]
+
+    def _fd_detail(self, fd: int, k: int, v: int) -> dict[str, Any]:
+        """A deviating readiness in the program's terms (recording only)."""
+        out: dict[str, Any] = {"kind": "fd", "fd": fd, "nth": k}
+        if v <= self._max_defer:
+            out["deferred"] = v
+        else:
+            out["priority"] = v - self._max_defer
+        out.update(fd_words(self._view, fd))
+        return out
 
     def _fd_words_for(self, fd: int, k: int) -> Callable[[int], str]:
         what = f"readiness #{k} of {self._fd_words[fd]}"
@@ -603,3 +809,45 @@ class Perturber:
             return f"{what}: dispatched ahead of the others ready (priority {v - max_defer})"
 
         return words
+
+
+def fd_words(view: LoopView | None, fd: int) -> dict[str, Any]:
+    """An fd by what reads it: ``{"conn": its ends, "readers": the tasks reading
+    it}``, ``{"listening": address}`` for a server's socket, else its callback."""
+    loop = asyncio.events._get_running_loop()
+    reader, writer = view.fd_handles(fd) if view is not None else (None, None)
+    handle = reader or writer
+    if handle is None or loop is None:
+        return {"conn": {"local": _describe_fd(fd)}}
+    callback = handle._callback  # type: ignore[attr-defined]
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.BaseTransport):
+        readers = _where.readers_of(owner, _where.tasks_of(loop))
+        return {
+            "conn": _where.transport_words(loop, owner),
+            "readers": [_where.task_words(t) for t in readers],
+        }
+    name = _where.function_name(callback)
+    args = handle._args
+    sock = next((a for a in args if isinstance(a, socket.socket)), None)
+    if name.endswith("_accept_connection") and sock is not None:
+        local = sock.getsockname()
+        out: dict[str, Any] = {"listening": _where.address_words(local)}
+        host = _where.host_name(loop, local)
+        if host is not None:
+            out["listening_host"] = host
+        return out
+    # The loop's own method (a connect's callback) says nothing of whose it
+    # is: its arguments (the future) do.
+    mine = [a for a in (owner, *args) if not isinstance(a, asyncio.AbstractEventLoop)]
+    waiting = _where.tasks_waiting_on(mine, _where.tasks_of(loop))
+    conn: dict[str, Any] = {"local": _describe_fd(fd)}
+    if sock is not None:
+        conn = {"local": _where.address_words(sock.getsockname())}
+        host = _where.host_name(loop, sock.getsockname())
+        if host is not None:
+            conn["local_host"] = host
+    out = {"conn": conn, "callback": name, "readers": [_where.task_words(t) for t in waiting]}
+    if reader is None:
+        out["writing"] = True  # ready to write: a connect completing, a send
+    return out

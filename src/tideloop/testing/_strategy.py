@@ -45,6 +45,11 @@ Strategies:
 
 Every strategy is wrapped by a `DecisionLog` for the run, which records the
 points met, in order, with the value taken and, for deviations, words.
+A strategy may carry a `Recording` (``_recording``; a `ReplayStrategy`
+made to replay a failing schedule once more for its report): its
+deviations then also get a *detail*, what they concern in the program's
+terms (``_where``, worded by ``_report``), and the recording sees every
+decision.
 
 Invariant: ``choose`` returns a value in ``0 .. n-1``; a strategy never
 sees ``n < 2`` (a point with no freedom is not a decision).
@@ -56,7 +61,9 @@ import abc
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, Protocol
+
+from tideloop._core.interfaces import LoopView
 
 #: A decision point's identity: a kind, then ints (see the module docstring).
 Point = tuple[str | int, ...]
@@ -65,10 +72,24 @@ Point = tuple[str | int, ...]
 LOG_LIMIT: Final = 20_000
 
 
+class Recording(Protocol):
+    """What a recorded run's strategy carries (``_recording.Recording``)."""
+
+    def loop(self, loop_no: int, view: LoopView) -> Any:
+        """The recorder of the run's *loop_no*-th loop (a ``LoopRecorder``)."""
+        ...
+
+    def decided(self, decision: Decision) -> None:
+        """A decision was taken."""
+        ...
+
+
 class Strategy(abc.ABC):
     """Picks a value for each decision point; 0 is the unperturbed choice."""
 
     name = "strategy"
+    #: A run recorded for its report and timeline (only a replay has one).
+    recording: Recording | None = None
 
     @abc.abstractmethod
     def choose(self, point: Point, n: int, weights: Sequence[float]) -> int:
@@ -149,9 +170,16 @@ class ReplayStrategy(Strategy):
 
     name = "replay"
 
-    def __init__(self, deviations: dict[Point, int], *, label: str = "") -> None:
+    def __init__(
+        self,
+        deviations: dict[Point, int],
+        *,
+        label: str = "",
+        recording: Recording | None = None,
+    ) -> None:
         self.deviations = dict(deviations)
         self.label = label
+        self.recording = recording
 
     def choose(self, point: Point, n: int, weights: Sequence[float]) -> int:
         value = self.deviations.get(point, 0)
@@ -170,6 +198,8 @@ class Decision:
     n: int
     value: int
     words: str = ""
+    #: A deviation in the program's terms (a recorded run only; see ``_where``).
+    detail: dict[str, Any] | None = None
 
 
 @dataclass
@@ -182,6 +212,11 @@ class DecisionLog:
     deviations: dict[Point, Decision] = field(default_factory=dict)
     loops: int = 0
 
+    @property
+    def recording(self) -> Recording | None:
+        """The strategy's `Recording`, if this run is recorded."""
+        return self.strategy.recording
+
     def new_loop(self) -> int:
         """A number for the next loop of the run (points name their loop)."""
         n = self.loops
@@ -189,8 +224,16 @@ class DecisionLog:
         return n
 
     def choose(
-        self, point: Point, n: int, weights: Sequence[float], words: Callable[[int], str]
+        self,
+        point: Point,
+        n: int,
+        weights: Sequence[float],
+        words: Callable[[int], str],
+        detail: Callable[[int], dict[str, Any]] | None = None,
     ) -> int:
+        """The strategy's value for *point*, logged. *words(value)* says it in
+        the loop's terms; *detail(value)*, given only on a recorded run, says
+        a deviation in the program's."""
         value = self.strategy.choose(point, n, weights)
         if not 0 <= value < n:
             raise ValueError(f"{self.strategy!r} chose {value!r} of {n} at {point!r}")
@@ -198,8 +241,13 @@ class DecisionLog:
         self.count = i + 1
         text = words(value) if value or i < LOG_LIMIT else ""
         decision = Decision(i, point, n, value, text)
+        if value and detail is not None:
+            decision.detail = detail(value)
         if i < LOG_LIMIT:
             self.decisions.append(decision)
         if value:
             self.deviations[point] = decision
+        recording = self.strategy.recording
+        if recording is not None:
+            recording.decided(decision)
         return value

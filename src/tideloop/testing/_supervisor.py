@@ -29,6 +29,7 @@ from collections.abc import Callable
 from tideloop._core.interfaces import LoopView
 
 from . import _deadlock
+from ._report import hide_loop_frames
 from ._sim import SimNetwork
 from ._threads import ThreadWatch, runner_threads, track_producers
 
@@ -56,6 +57,7 @@ class VirtualTimeWatch:
         return self._threads()
 
     def stuck(self) -> None:
+        __tracebackhide__ = hide_loop_frames  # pytest: the program's frames first
         view = self._view
         if self._reported or view is None:
             return

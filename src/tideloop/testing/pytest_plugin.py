@@ -88,7 +88,8 @@ from tideloop._versions import PY313
 from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
-from ._explore import Tape, shrink_deviations
+from ._explore import Recorded, Tape, describe_tape, shrink_deviations
+from ._recording import Recording
 from ._search import STRATEGIES, Options, Recipe
 from ._sim import SimNetwork
 from ._strategy import DecisionLog, Point, RandomStrategy, ReplayStrategy, Strategy
@@ -289,7 +290,9 @@ class _Failure:
     schedule: str
     passed_before: int
     replay: str
-    words: str = ""
+    #: The failure's kind and where its report is (the report itself is in
+    #: the test's own section: printed once).
+    summary: str = ""
 
 
 class _Plugin:
@@ -504,6 +507,7 @@ class _Plugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        __tracebackhide__ = True  # the plugin's frame is no part of a test's failure
         # IsolatedAsyncioTestCase grew a loop_factory attribute in 3.13.
         cls = getattr(item, "cls", None)
         settings = self.current
@@ -561,8 +565,8 @@ class _Plugin:
             terminalreporter.line(
                 f"{f.nodeid}: {f.schedule} failed ({f.passed_before} schedules passed before it)"
             )
-            if f.words:
-                terminalreporter.line("    " + f.words.replace("\n", "\n    "))
+            if f.summary:
+                terminalreporter.line(f"    {f.summary}")
             terminalreporter.line(f"    replay: {f.replay}")
         for line in self.exhausted:
             terminalreporter.line(line)
@@ -709,16 +713,31 @@ class _SeedRunner:
             wakeups=plugin.wakeups,
             shrunk_from=original,
         )
+        # Once more, recorded: the deviations in the program's terms, the timeline.
+        recording = Recording()
+        deviations = {d.point: d.value for d in tape.deviations}
+        trial_reports, trial = self._run(
+            item, seed, ReplayStrategy(deviations, recording=recording)
+        )
+        recording.finish(None)
+        if trial is not None:
+            failed = any(r.failed for r in trial_reports)
+            describe_tape(tape, Recorded(trial, recording, None, failed=failed))
         path = tape.save(_tape_path(plugin, item))
-        words = tape.words()
+        timeline = tape.save_timeline(tape_path=path)
+        words = tape.report()
         if runs:
             words += f"\n(shrunk from {original} deviation(s) in {runs} run(s))"
         replay = plugin.replay_command(item, seed, str(path))
-        plugin.failures.append(_Failure(item.nodeid, described, passed_before, replay, words))
+        summary = f"{tape.kind} failure: see its report above; timeline: {timeline}"
+        plugin.failures.append(_Failure(item.nodeid, described, passed_before, replay, summary))
         for report in reports:
             if report.failed:
                 report.sections.append(
-                    ("tideloop: minimal schedule", f"{words}\ntape: {path}\nreplay: {replay}")
+                    (
+                        "tideloop: minimal schedule",
+                        f"{words}\ntape: {path}\ntimeline: {timeline}\nreplay: {replay}",
+                    )
                 )
 
 

@@ -150,6 +150,16 @@ class SimNetwork:
         """The host the running code is on (``"client"`` outside every host)."""
         return self._kernel.current_host()
 
+    def host_at(self, address: str) -> str | None:
+        """The name of the host with *address* (None: no host has it)."""
+        host = self._kernel.host_at(address)
+        return None if host is None else host.name
+
+    def host_of(self, task: asyncio.Task[Any]) -> str | None:
+        """The name of the host *task* runs on (None: outside every host, on ``"client"``)."""
+        host = self._side.host_of(task)
+        return None if host is None else host.name
+
     def spawn(self, host: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Start *coro* as a task on *host*: its sockets, and its tasks', are that host's."""
         loop = self._kernel.running_loop()
