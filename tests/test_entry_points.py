@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -641,3 +642,39 @@ def test_a_deadlock_prints_under_its_public_name(tmp_path: Path) -> None:
     out = run_python("-m", "tideloop", "stuck.py", cwd=tmp_path)
     assert out.returncode == 1
     assert "\ntideloop.testing.Deadlock: deadlock at virtual time" in out.stderr, out.stderr
+
+
+# -- python -m tideloop.demo ------------------------------------------------------------------
+
+
+def test_demo_virtual_time_and_race_parts() -> None:
+    """The demo's hour passes in virtual time; its race is found, shrunk to one, replayed."""
+    out = run_python("-m", "tideloop.demo", "--part", "time", "--part", "race")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # the demo wraps its lines
+    assert "1. Virtual time" in text and "2. A race found, shrunk and replayed" in text
+    assert "Speed" not in text
+    assert "60 heartbeats, 3,600 s of loop time (1 h) in" in text
+    assert "On the stdlib loop: 100 runs, 0 failed." in text
+    assert re.search(r"shrunk from \d+ deviation\(s\) to 1 in \d+ reruns", text), text
+    assert "1 deviation(s) from the unperturbed schedule:" in text
+    assert "Replayed from the tape: it fails again (AssertionError: the server read b'B\\n'" in text
+    assert out.stderr == ""
+
+
+def test_demo_race_program_passes_unperturbed_on_both_loops() -> None:
+    from tideloop import demo
+
+    asyncio.run(demo.requests_in_order())
+    tideloop.run(demo.requests_in_order())
+
+
+def test_demo_speed_part_compares_both_loops() -> None:
+    out = run_python(
+        "-m", "tideloop.demo", "--part", "speed", "--core", "--rounds", "1", "--requests", "3000"
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
+    assert rows["asyncio"][2] == "1.00x"
+    assert rows["tideloop"][2].endswith("x") and float(rows["tideloop"][2][:-1]) > 0
+    assert "python -m bench" in out.stdout
