@@ -1,0 +1,171 @@
+"""Links that leave the page's home: absolute GitHub URLs, for the package index and the site.
+
+Not part of the package: build tooling, used twice.
+
+- ``setup.py`` gives the package index README.md with every relative link
+  made absolute (`absolute_links`): on PyPI a relative link has no
+  repository to resolve against.
+- MkDocs loads this file as a hook (``hooks:`` in mkdocs.yml): a page of
+  docs/ that links a file outside docs/ (``../tests/divergences.py``, a
+  benchmark's JSON) gets that file's GitHub URL, and a link to a file that
+  does not exist in the repository is a warning, so ``mkdocs build
+  --strict`` fails on it.
+
+Invariants: only Markdown link and image targets change, never text inside
+code (fenced blocks and inline code spans); a target with a scheme, an
+anchor of the same page or an absolute path stays as it is. Files link to
+``blob/BRANCH/...``, directories to ``tree/BRANCH/...``, images to the raw
+file (a ``blob`` page is HTML, not an image). The repository's URL is the
+``Repository`` entry of pyproject.toml's ``[project.urls]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BRANCH = "main"
+IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
+
+# A fence opens with 3+ backticks or tildes (up to 3 spaces of indent) and
+# closes with the same character, at least as many.
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+# [text](target "title") and ![alt](target); [id]: target definitions.
+_INLINE = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(\s*(<[^>]*>|[^)\s]+)([^)]*)\)")
+_DEFINITION = re.compile(r"^( {0,3}\[[^\]]+\]:\s*)(\S+)(.*)$")
+
+
+def repository(root: Path = ROOT) -> str:
+    """The repository's web address, from pyproject.toml."""
+    with (root / "pyproject.toml").open("rb") as f:
+        url: str = tomllib.load(f)["project"]["urls"]["Repository"]
+    return url.rstrip("/")
+
+
+def is_relative(target: str) -> bool:
+    return not (
+        not target
+        or target.startswith(("#", "/", "mailto:"))
+        or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target)
+    )
+
+
+def github_url(path: str, fragment: str, repo: str, *, image: bool, is_dir: bool) -> str:
+    """The URL of *path* (relative to the repository's root) on GitHub."""
+    if image:
+        owner_name = repo.removeprefix("https://github.com/")
+        return f"https://raw.githubusercontent.com/{owner_name}/{BRANCH}/{path}"
+    kind = "tree" if is_dir else "blob"
+    return f"{repo}/{kind}/{BRANCH}/{path}" + (f"#{fragment}" if fragment else "")
+
+
+def rewrite_links(markdown: str, rewrite: Callable[[str, bool], str]) -> str:
+    """*markdown* with each link target passed through ``rewrite(target, is_image)``.
+
+    Fenced code blocks and inline code spans are left alone.
+    """
+    out: list[str] = []
+    fence: str | None = None
+    for line in markdown.splitlines(keepends=True):
+        opener = _FENCE.match(line)
+        if fence is not None:
+            if opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence):
+                fence = None
+            out.append(line)
+            continue
+        if opener:
+            fence = opener.group(1)
+            out.append(line)
+            continue
+        definition = _DEFINITION.match(line)
+        if definition:
+            head, target, rest = definition.groups()
+            out.append(f"{head}{rewrite(target, False)}{rest}" + ("\n" if line.endswith("\n") else ""))
+            continue
+        out.append(_rewrite_outside_code(line, rewrite))
+    return "".join(out)
+
+
+def _rewrite_outside_code(line: str, rewrite: Callable[[str, bool], str]) -> str:
+    """The links of *line* rewritten, but none that starts inside an inline code span."""
+    spans = [m.span() for m in _CODE_SPAN.finditer(line)]
+
+    def one(match: re.Match[str]) -> str:
+        if any(start <= match.start() < end for start, end in spans):
+            return match.group(0)
+        bang, label, target, title = match.groups()
+        bracketed = target.startswith("<")
+        new = rewrite(target[1:-1] if bracketed else target, bool(bang))
+        if bracketed:
+            new = f"<{new}>"
+        return f"{bang}[{label}]({new}{title})"
+
+    return _INLINE.sub(one, line)
+
+
+def absolute_links(
+    markdown: str, source: str, *, root: Path = ROOT, keep: Callable[[str], bool] | None = None
+) -> str:
+    """*markdown* (the file *source*, relative to *root*) with relative links made absolute.
+
+    *keep(path)* says which resolved repository paths stay relative (the
+    site's own pages); by default none do.
+    """
+    repo = repository(root)
+    base = posixpath.dirname(source)
+
+    def rewrite(target: str, image: bool) -> str:
+        if not is_relative(target):
+            return target
+        path, _, fragment = target.partition("#")
+        resolved = posixpath.normpath(posixpath.join(base, path)) if path else source
+        if keep is not None and keep(resolved):
+            return target
+        is_dir = path.endswith("/") or (root / resolved).is_dir()
+        image = image or resolved.lower().endswith(IMAGE_SUFFIXES)
+        return github_url(resolved, fragment, repo, image=image, is_dir=is_dir)
+
+    return rewrite_links(markdown, rewrite)
+
+
+def missing_targets(markdown: str, source: str, *, root: Path = ROOT) -> list[str]:
+    """The relative link targets of *markdown* that name no file or directory of *root*."""
+    base = posixpath.dirname(source)
+    missing: list[str] = []
+
+    def check(target: str, image: bool) -> str:
+        path = target.partition("#")[0]
+        if is_relative(target) and path:
+            resolved = posixpath.normpath(posixpath.join(base, path))
+            if resolved.startswith("..") or not (root / resolved).exists():
+                missing.append(target)
+        return target
+
+    rewrite_links(markdown, check)
+    return missing
+
+
+# -- the MkDocs hook ------------------------------------------------------------------------------
+
+log = logging.getLogger("mkdocs.hooks.links")
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Links from a page to files outside docs/ become GitHub URLs; broken ones warn."""
+    docs_dir = Path(config["docs_dir"]).resolve()
+    prefix = docs_dir.relative_to(ROOT).as_posix()
+    source = f"{prefix}/{page.file.src_uri}"
+    for target in missing_targets(markdown, source):
+        log.warning("%s links to %r, which is not in the repository", source, target)
+
+    def on_site(path: str) -> bool:
+        return path == prefix or path.startswith(f"{prefix}/")
+
+    return absolute_links(markdown, source, keep=on_site)
