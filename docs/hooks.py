@@ -169,3 +169,36 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         return path == prefix or path.startswith(f"{prefix}/")
 
     return absolute_links(markdown, source, keep=on_site)
+
+
+def _named_pages(nav: Any) -> set[str]:
+    """Every page path the nav names, at any depth."""
+    if isinstance(nav, str):
+        return {nav}
+    if isinstance(nav, dict):
+        return set().union(*(_named_pages(v) for v in nav.values()))
+    if isinstance(nav, list):
+        return set().union(*(_named_pages(v) for v in nav))
+    return set()
+
+
+def on_config(config: Any) -> Any:
+    """A top-level page of docs/ that the nav does not name joins its "In depth" section.
+
+    Pages are added to docs/ by more than one change at a time; a page the
+    nav forgot is still on the site, after the ones it names.
+    """
+    nav = config.get("nav")
+    if not nav:
+        return config
+    named = _named_pages(nav)
+    docs_dir = Path(config["docs_dir"])
+    extra = sorted(p.name for p in docs_dir.glob("*.md") if p.name not in named)
+    if extra:
+        for section in nav:
+            if isinstance(section, dict) and "In depth" in section:
+                section["In depth"].extend(extra)
+                break
+        else:
+            nav.append({"In depth": extra})
+    return config
