@@ -49,13 +49,19 @@ from blocks import (
 #: The blocks that are not run, by (file, first line of the block): each
 #: with the reason its ``not run:`` comment gives in the page.
 OPT_OUTS: dict[tuple[str, str], str] = {
-    ("README.md", "bash .ci/run"): "is CI itself",
+    (
+        "README.md",
+        "bash .ci/run                                   # install the test dependencies, run all tests",
+    ): "is CI itself",
     (
         "README.md",
         "bash .ci/run                                  # everything CI runs",
     ): "starts CI itself",
     ("README.md", 'pip install "tideloop @ git+https://github.com/tideloop/tideloop"'): (
         "installs from GitHub, which CI cannot reach"
+    ),
+    ("docs/quickstart.md", "git clone https://github.com/tideloop/tideloop && cd tideloop"): (
+        "clones from GitHub, which CI cannot reach"
     ),
     (
         "docs/reliability.md",
@@ -346,12 +352,15 @@ def test_text_blocks_are_few() -> None:
 
 def test_the_readme_opens_with_the_two_commands() -> None:
     """The repository's contract: install and run the demo; run every test."""
-    first = next(b for b in BLOCKS if b.path == "README.md")
-    assert first.language == "sh"
-    commands = shell_commands(first.code)
-    assert len(commands) == 2, commands
-    assert "pip install ." in commands[0] and "python -m tideloop.demo" in commands[0]
-    assert commands[1].startswith("bash .ci/run")
+    first, second = [b for b in BLOCKS if b.path == "README.md"][:2]
+    assert first.language == second.language == "sh"
+    [demo] = shell_commands(first.code)
+    assert "pip install ." in demo and "python -m tideloop.demo" in demo
+    assert first.directive("run: in") == "a copy of the repository; slow"
+    [ci] = shell_commands(second.code)
+    assert ci.split("#")[0].strip() == "bash .ci/run"
+    readme = (ROOT / "README.md").read_text()
+    assert readme.index("```sh") < readme.index("\n## "), "the commands come first"
 
 
 # -- the runner's own tests: a broken block is caught ------------------------------------------
