@@ -90,9 +90,7 @@ def main() -> None:
         check(metadata["License"] == "MIT", "the wheel's metadata says License: MIT")
         check("License-Expression" not in metadata, "no License-Expression beside it")
         urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL") or [])
-        check(
-            urls.get("Documentation", "").startswith("https://"), "a Documentation project URL"
-        )
+        check(urls.get("Documentation", "").startswith("https://"), "a Documentation project URL")
         description = metadata.get_payload()
         assert isinstance(description, str)
         check("tideloop" in description, "the long description is the README")
@@ -100,9 +98,11 @@ def main() -> None:
         links = links_module()
         links.rewrite_links(  # type: ignore[attr-defined]
             description,
-            lambda target, image: relative.append(target)
-            if links.is_relative(target)  # type: ignore[attr-defined]
-            else target,
+            lambda target, image: (
+                relative.append(target)
+                if links.is_relative(target)  # type: ignore[attr-defined]
+                else target
+            ),
         )
         check(relative == [], f"every link of the long description is absolute {relative}")
 
@@ -123,5 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.pop("TIDELOOP_NO_NATIVE", None)
     main()

@@ -114,9 +114,7 @@ def page_files(block: Block, where: Path) -> None:
 def copy_of_repository(where: Path) -> Path:
     """The repository's tracked files (or, without git, its tree less build products)."""
     dest = where / "repo"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False
-    )
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False)
     if listed.returncode == 0 and listed.stdout:
         for name in listed.stdout.decode().split("\0"):
             if name and (ROOT / name).is_file():
@@ -226,9 +224,7 @@ def run_shell_block(block: Block, cwd: Path, env: dict[str, str], timeout: float
         )
         got = [int(line) for line in record.read_text().split()]
     except subprocess.TimeoutExpired as exc:
-        out = subprocess.CompletedProcess(
-            [], -9, str(exc.stdout or ""), str(exc.stderr or "")
-        )
+        out = subprocess.CompletedProcess([], -9, str(exc.stdout or ""), str(exc.stderr or ""))
         raise AssertionError(explain(block, out, "timed out")) from None
     finally:
         record.unlink()
@@ -440,9 +436,7 @@ def test_a_failing_python_block_fails(tmp_path: Path) -> None:
     [block] = planted("```python\nraise SystemExit(3)\n```\n")
     with pytest.raises(AssertionError, match="exit status 3"):
         run_python_block(block, tmp_path, env_for_blocks())
-    [block] = planted(
-        "<!-- run: fails with AssertionError -->\n```python\nraise ValueError\n```\n"
-    )
+    [block] = planted("<!-- run: fails with AssertionError -->\n```python\nraise ValueError\n```\n")
     with pytest.raises(AssertionError, match="should end with an uncaught AssertionError"):
         run_python_block(block, tmp_path, env_for_blocks())
 
