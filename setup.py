@@ -63,8 +63,13 @@ else:
             "tideloop._core._native",
             ["src/tideloop/_core/_native.c"],
             optional=True,
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"],
+            extra_compile_args=[
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+                "-Wno-missing-field-initializers",
+            ],
         )
     )
 

@@ -87,7 +87,9 @@ def rewrite_links(markdown: str, rewrite: Callable[[str, bool], str]) -> str:
         definition = _DEFINITION.match(line)
         if definition:
             head, target, rest = definition.groups()
-            out.append(f"{head}{rewrite(target, False)}{rest}" + ("\n" if line.endswith("\n") else ""))
+            out.append(
+                f"{head}{rewrite(target, False)}{rest}" + ("\n" if line.endswith("\n") else "")
+            )
             continue
         out.append(_rewrite_outside_code(line, rewrite))
     return "".join(out)

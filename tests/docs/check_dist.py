@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import email.parser
 import importlib.util
-import os
 import subprocess
 import sys
 import tarfile

@@ -51,7 +51,7 @@ from blocks import (
 OPT_OUTS: dict[tuple[str, str], str] = {
     (
         "README.md",
-        "bash .ci/run                                   # install the test dependencies, run all tests",
+        "bash .ci/run" + " " * 35 + "# install the test dependencies, run all tests",
     ): "is CI itself",
     (
         "README.md",
@@ -267,7 +267,9 @@ def run_server_block(
         proc.kill()
         stdout, stderr = proc.communicate()
         out = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
-        raise AssertionError(explain(block, out, f"did not serve GET {path} on port {port}"))
+        raise AssertionError(
+            explain(block, out, f"did not serve GET {path} on port {port}")
+        ) from None
     out = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
     assert proc.returncode == 0, explain(block, out, f"exit status {proc.returncode} on SIGINT")
 

@@ -29,7 +29,8 @@ def test_relative_links_become_github_urls() -> None:
     text = textwrap.dedent(
         """
         See [`tests/divergences.py`](tests/divergences.py), [the docs](docs/),
-        [a section](docs/testing.md#the-pytest-plugin) and ![a chart](bench/results/2026-11-27-soak.png "soak").
+        [a section](docs/testing.md#the-pytest-plugin) and
+        ![a chart](bench/results/2026-11-27-soak.png "soak").
         [ref]: CHANGELOG.md
         Unchanged: [here](#status), [web](https://example.org/x), [mail](mailto:a@b.c),
         `[in code](x.md)` and
