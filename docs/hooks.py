@@ -154,23 +154,70 @@ def missing_targets(markdown: str, source: str, *, root: Path = ROOT) -> list[st
     return missing
 
 
-# -- the MkDocs hook ------------------------------------------------------------------------------
+# -- the MkDocs hooks ------------------------------------------------------------------------------
 
 log = logging.getLogger("mkdocs.hooks.links")
 
+#: Where images from outside docs/ are copied in the site (the site fetches
+#: nothing from elsewhere, so a chart of bench/results/ ships with it).
+REPO_FILES = "_repo"
+
+
+def _outside_images(docs_dir: Path) -> set[str]:
+    """Repository paths of the images outside docs/ that docs/ pages show."""
+    prefix = docs_dir.relative_to(ROOT).as_posix()
+    found: set[str] = set()
+    for md in docs_dir.rglob("*.md"):
+        source = md.relative_to(ROOT).as_posix()
+        base = posixpath.dirname(source)
+
+        def collect(target: str, image: bool, base: str = base) -> str:
+            path = target.partition("#")[0]
+            if image and is_relative(target) and path:
+                resolved = posixpath.normpath(posixpath.join(base, path))
+                if not resolved.startswith(f"{prefix}/") and (ROOT / resolved).is_file():
+                    found.add(resolved)
+            return target
+
+        rewrite_links(md.read_text(encoding="utf-8"), collect)
+    return found
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """The images outside docs/ that pages show join the site, under ``_repo/``."""
+    from mkdocs.structure.files import File
+
+    for path in sorted(_outside_images(Path(config["docs_dir"]).resolve())):
+        files.append(File.generated(config, f"{REPO_FILES}/{path}", abs_src_path=str(ROOT / path)))
+    return files
+
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Links from a page to files outside docs/ become GitHub URLs; broken ones warn."""
+    """Links from a page to files outside docs/ become GitHub URLs; broken ones warn.
+
+    An image outside docs/ is shown from the site's own copy (`on_files`).
+    """
     docs_dir = Path(config["docs_dir"]).resolve()
     prefix = docs_dir.relative_to(ROOT).as_posix()
     source = f"{prefix}/{page.file.src_uri}"
     for target in missing_targets(markdown, source):
         log.warning("%s links to %r, which is not in the repository", source, target)
+    base = posixpath.dirname(source)
 
     def on_site(path: str) -> bool:
         return path == prefix or path.startswith(f"{prefix}/")
 
-    return absolute_links(markdown, source, keep=on_site)
+    def images_from_the_site(target: str, image: bool) -> str:
+        path = target.partition("#")[0]
+        if not (image and is_relative(target) and path):
+            return target
+        resolved = posixpath.normpath(posixpath.join(base, path))
+        if on_site(resolved) or not (ROOT / resolved).is_file():
+            return target
+        copy = f"{prefix}/{REPO_FILES}/{resolved}"
+        return posixpath.relpath(copy, base)
+
+    return absolute_links(rewrite_links(markdown, images_from_the_site), source, keep=on_site)
 
 
 def _named_pages(nav: Any) -> set[str]:

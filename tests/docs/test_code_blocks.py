@@ -274,8 +274,15 @@ def run_server_block(
     assert proc.returncode == 0, explain(block, out, f"exit status {proc.returncode} on SIGINT")
 
 
+def is_slow(block: Block) -> bool:
+    return "slow" in (block.directive("run: in") or "")
+
+
 @pytest.mark.timeout(SLOW_TIMEOUT + 30)
-@pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if is_slow(b) else []) for b in RUN],
+)
 def test_block_runs(block: Block, tmp_path: Path) -> None:
     assert not problems(block, PAGES[block.path]), "\n".join(problems(block, PAGES[block.path]))
     check_requirements(block)
@@ -285,7 +292,7 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
     if block.directive("run: from the repository root") is not None:
         cwd = ROOT
     elif where is not None and where.startswith("a copy of the repository"):
-        if "slow" in where and os.environ.get("TIDELOOP_DOCS_SLOW") != "1":
+        if is_slow(block) and os.environ.get("TIDELOOP_DOCS_SLOW") != "1":
             pytest.skip(
                 f"{block.id} installs tideloop afresh (a minute, both CPUs): "
                 ".ci/run's docs step runs it (TIDELOOP_DOCS_SLOW=1)"
