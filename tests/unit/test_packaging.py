@@ -65,11 +65,22 @@ def test_classifiers_name_every_tested_python_and_implementation() -> None:
     assert project["requires-python"] == f">={minors[0]}"
 
 
-def setup_py() -> dict[str, Any]:
-    """setup.py's names, without running setup() (it runs only as __main__)."""
-    import runpy
+def setup_py_function(name: str) -> Any:
+    """A function of setup.py, without importing setuptools (3.12+ venvs lack it).
 
-    return runpy.run_path(str(ROOT / "setup.py"), run_name="tideloop_setup")
+    setup.py runs setup() only as __main__; its function *name* is compiled
+    from its own source and run with the names it uses.
+    """
+    import ast
+    import importlib.util
+
+    path = ROOT / "setup.py"
+    tree = ast.parse(path.read_text(), str(path))
+    [node] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    namespace: dict[str, Any] = {"importlib": importlib, "Path": Path, "__file__": str(path)}
+    assert importlib.util  # setup.py's function uses importlib.util
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
 
 
 def test_license_is_the_field_every_pip_reads_with_its_file() -> None:
@@ -96,7 +107,8 @@ def test_license_is_the_field_every_pip_reads_with_its_file() -> None:
 def test_the_long_description_is_the_readme_with_absolute_links() -> None:
     project = pyproject()["project"]
     assert "readme" not in project and "readme" in project["dynamic"]
-    text = setup_py()["long_description"]()
+    assert "long_description=long_description()," in (ROOT / "setup.py").read_text()
+    text = setup_py_function("long_description")()
     readme = (ROOT / "README.md").read_text()
     assert text != readme and len(text.splitlines()) == len(readme.splitlines())
     assert f"]({REPOSITORY}/blob/main/docs/quickstart.md)" in text
