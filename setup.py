@@ -1,18 +1,29 @@
-"""tideloop's build: the optional native core, a C extension against the CPython C API.
+"""tideloop's build: the optional native core, the long description and the license field.
 
-Everything else is in pyproject.toml. The extension is optional: where it
-cannot be built (no C compiler or no Python headers) the install goes on
-without it and the pure-Python loop runs; on PyPy it is not built at all
-(PyPy runs the pure-Python loop, faster there than C API emulation). Either
-way the build says which in one line, and ``python -m tideloop --version``
-says which core runs.
+Everything else is in pyproject.toml.
+
+- The native core is a C extension against the CPython C API, and optional:
+  where it cannot be built (no C compiler or no Python headers) the install
+  goes on without it and the pure-Python loop runs; on PyPy it is not built
+  at all (PyPy runs the pure-Python loop, faster there than C API
+  emulation). Either way the build says which in one line, and ``python -m
+  tideloop --version`` says which core runs.
+- The long description is README.md with its relative links made absolute
+  GitHub URLs (``docs/hooks.py``), since a package index has no repository
+  to resolve them against.
+- The license is the ``License: MIT`` core metadata field, which every pip
+  shows (pip 23 reads no other), and the LICENSE file (``license-files``).
+  It is not also a PEP 639 ``License-Expression``: the two are exclusive,
+  and a package index disregards ``License`` beside it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 from setuptools import Extension, setup
@@ -66,4 +77,24 @@ else:
         )
     )
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})
+
+def long_description() -> str:
+    """README.md with absolute links (docs/hooks.py, loaded by path: it is not a package)."""
+    here = Path(__file__).resolve().parent
+    spec = importlib.util.spec_from_file_location("tideloop_doc_links", here / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    links = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(links)
+    readme = (here / "README.md").read_text(encoding="utf-8")
+    text: str = links.absolute_links(readme, "README.md", root=here)
+    return text
+
+
+if __name__ == "__main__":  # the build backend runs this file as __main__
+    setup(
+        license="MIT",
+        long_description=long_description(),
+        long_description_content_type="text/markdown",
+        ext_modules=ext_modules,
+        cmdclass={"build_ext": OptionalBuildExt},
+    )

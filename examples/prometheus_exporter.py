@@ -1,6 +1,7 @@
 """Export a tideloop loop's metrics to Prometheus (an example; needs prometheus-client).
 
-    pip install tideloop -r examples/requirements.txt
+    # tideloop is not on PyPI yet: install it from a clone of the repository
+    pip install . -r examples/requirements.txt             # from the repository's root
     python examples/prometheus_exporter.py --port 9464     # then scrape :9464/metrics
     python examples/prometheus_exporter.py --self-test     # scrape once, print, exit
 

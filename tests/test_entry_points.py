@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -412,3 +413,268 @@ def test_stats_without_loops_and_bad_options(tmp_path: Path) -> None:
     assert out.returncode == 2 and "must be >= 0" in out.stderr
     out = run_python("-m", "tideloop", "--stats")
     assert out.returncode == 2 and "a script or -m MODULE is needed" in out.stderr
+
+
+# -- python -m tideloop behaves like python ----------------------------------------------------
+#
+# Each case runs the same program with ``python`` and with ``python -m tideloop``
+# and compares what a user sees: exit status, stderr (with python's program
+# name replaced by ours), and what the program sees of itself.
+
+PROG = "python -m tideloop"
+
+
+def both(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], ...]:
+    """(python ARGS, python -m tideloop ARGS), run in *cwd*."""
+    return run_python(*args, cwd=cwd), run_python("-m", "tideloop", *args, cwd=cwd)
+
+
+def as_python(err: str) -> str:
+    """Our stderr with python's name for the program where we put ours."""
+    return err.replace(f"{PROG}: ", f"{sys.executable}: ")
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["missing.py", "sub/missing.py", "emptydir", "."],
+    ids=["missing-script", "missing-in-subdir", "dir-without-main", "cwd-without-main"],
+)
+def test_a_target_that_cannot_run_is_one_line_as_in_python(tmp_path: Path, target: str) -> None:
+    (tmp_path / "emptydir").mkdir()
+    plain, ours = both(target, cwd=tmp_path)
+    assert plain.returncode in (1, 2)
+    assert ours.returncode == plain.returncode
+    assert ours.stdout == "" and len(ours.stderr.splitlines()) == 1, ours.stderr
+    assert as_python(ours.stderr) == plain.stderr
+    assert ours.stderr.startswith(f"{PROG}: ")
+
+
+def test_the_console_script_names_itself(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("tideloop")
+    if not script.exists():
+        pytest.skip("tideloop's console script is not installed beside this interpreter")
+    out = subprocess.run(
+        [str(script), "missing.py"], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert out.returncode == 2
+    path = tmp_path / "missing.py"
+    assert out.stderr == (
+        f"tideloop: can't open file {str(path)!r}: [Errno 2] No such file or directory\n"
+    )
+
+
+@pytest.mark.parametrize("module", ["no_such_module", "pkg", "pkg.missing", "os.path.x"])
+def test_a_module_that_cannot_run_is_one_line_as_in_python(tmp_path: Path, module: str) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    plain, ours = both("-m", module, cwd=tmp_path)
+    assert plain.returncode == 1
+    assert ours.returncode == 1
+    assert as_python(ours.stderr) == plain.stderr
+    assert len(ours.stderr.splitlines()) == 1
+
+
+PROGRAMS = {
+    "raises": "def f():\n    raise ValueError('boom')\n\nf()\n",
+    "chained": (
+        "def f():\n    raise ValueError('inner')\n\n"
+        "try:\n    f()\nexcept ValueError as e:\n    raise KeyError('outer') from e\n"
+    ),
+    "syntax-error": "x = 1\ndef (\n",
+    "keyboard-interrupt": "raise KeyboardInterrupt\n",
+    "exit-message": "import sys\nsys.exit('bye')\n",
+    "own-import-error": "import no_such_module_of_the_program\n",
+}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_a_programs_exception_reads_as_under_python(tmp_path: Path, name: str) -> None:
+    """The same traceback, byte for byte: the program's frames only, the same exit status."""
+    (tmp_path / "prog.py").write_text(PROGRAMS[name])
+    plain, ours = both("prog.py", cwd=tmp_path)
+    assert plain.returncode != 0
+    assert (ours.returncode, ours.stdout, ours.stderr) == (
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
+
+
+def test_an_exception_inside_the_loop_shows_the_programs_frames(tmp_path: Path) -> None:
+    """Inside asyncio.run the loop's own frames stand where the stdlib loop's stand."""
+    (tmp_path / "prog.py").write_text(
+        "import asyncio\n\nasync def main():\n    raise ValueError('boom')\n\nasyncio.run(main())\n"
+    )
+    plain, ours = both("prog.py", cwd=tmp_path)
+    assert ours.returncode == plain.returncode == 1
+
+    def frames(err: str) -> list[str]:
+        return [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
+
+    prog = str(tmp_path / "prog.py")
+    mine = [f for f in frames(plain.stderr) if prog in f]
+    assert [f for f in frames(ours.stderr) if prog in f] == mine
+    assert frames(ours.stderr)[0] == frames(plain.stderr)[0]  # the script's line first
+    assert len(frames(ours.stderr)) == len(frames(plain.stderr))  # one loop frame for another
+    assert "runpy" not in ours.stderr and "__main__.py" not in ours.stderr
+    assert ours.stderr.endswith("ValueError: boom\n")
+
+
+def test_a_modules_exception_shows_only_its_frames(tmp_path: Path) -> None:
+    (tmp_path / "progmod.py").write_text(PROGRAMS["raises"])
+    out = run_python("-m", "tideloop", "-m", "progmod", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[1].strip().startswith(f'File "{tmp_path / "progmod.py"}"')
+    assert "runpy" not in out.stderr and "tideloop" not in out.stderr
+
+
+def test_stats_still_reports_when_the_program_fails(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(PROGRAMS["raises"])
+    plain = run_python("prog.py", cwd=tmp_path)
+    out = run_python("-m", "tideloop", "--stats", "prog.py", cwd=tmp_path)
+    assert out.returncode == 1
+    # The report (written as the program ends), then the traceback as python prints it.
+    assert out.stderr.startswith("tideloop --stats:")
+    assert out.stderr.endswith(plain.stderr)
+
+
+SELF = textwrap.dedent(
+    """
+    import pickle, sys
+
+    class Point:
+        pass
+
+    loader = type(globals().get("__loader__")).__name__
+    print(repr(__file__), sys.argv, sys.path[0], __name__, __spec__ is None, loader)
+    print(type(pickle.loads(pickle.dumps(Point()))).__qualname__)
+    print(sys.modules["__main__"].__dict__ is globals())
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["plain", "symlink", "directory"])
+def test_the_program_sees_what_python_shows_it(tmp_path: Path, how: str) -> None:
+    """__file__, sys.argv, sys.path[0], __name__, __spec__, the __main__ module."""
+    real = tmp_path / "real"
+    real.mkdir()
+    if how == "directory":
+        (real / "__main__.py").write_text(SELF)
+        target = "real"
+    else:
+        (real / "prog.py").write_text(SELF)
+        target = "real/prog.py"
+        if how == "symlink":
+            (tmp_path / "links").mkdir()
+            (tmp_path / "links" / "prog.py").symlink_to(real / "prog.py")
+            target = "links/prog.py"
+    plain, ours = both(target, "arg", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert (ours.returncode, ours.stdout, ours.stderr) == (0, plain.stdout, "")
+    assert "Point\nTrue\n" in ours.stdout
+
+
+# -- dir() and public names ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module_name", ["tideloop", "tideloop.testing"])
+def test_dir_lists_the_public_api_only(module_name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(module_name)
+    names = dir(module)
+    public = [n for n in names if not n.startswith("_")]
+    assert set(module.__all__) <= set(names)
+    # Nothing the module's own code imports: typing helpers, stdlib modules, layers.
+    for leaked in ("Any", "TypeVar", "annotations", "asyncio", "contextlib", "functools", "types"):
+        assert leaked not in names, leaked
+    assert not [n for n in names if n.startswith("_") and not n.endswith("__")]
+    for name in public:  # and everything it lists is there
+        value = getattr(module, name)
+        if isinstance(value, type(module)):
+            assert value.__name__ == f"{module_name}.{name}"
+        else:
+            assert name in module.__all__, name
+
+
+def test_dir_shows_a_public_submodule_once_imported() -> None:
+    out = run_python(
+        "-c",
+        "import tideloop; a = 'testing' in dir(tideloop); import tideloop.testing; "
+        "print(a, 'testing' in dir(tideloop), '_loop' in dir(tideloop))",
+    )
+    assert out.stdout.split() == ["False", "True", "False"], out.stderr
+
+
+def test_public_exceptions_have_public_module_paths() -> None:
+    import importlib
+    import pickle
+
+    from tideloop import testing
+
+    exceptions = [
+        getattr(testing, n)
+        for n in testing.__all__
+        if isinstance(getattr(testing, n), type) and issubclass(getattr(testing, n), BaseException)
+    ]
+    assert {e.__name__ for e in exceptions} >= {"Deadlock", "PropertyViolation"}
+    for exc in exceptions:
+        assert exc.__module__ == "tideloop.testing", exc
+        assert getattr(importlib.import_module(exc.__module__), exc.__qualname__) is exc
+    copy = pickle.loads(pickle.dumps(testing.PropertyViolation("x")))
+    assert type(copy) is testing.PropertyViolation and copy.args == ("x",)
+
+
+def test_a_deadlock_prints_under_its_public_name(tmp_path: Path) -> None:
+    (tmp_path / "stuck.py").write_text(
+        textwrap.dedent(
+            """
+            import asyncio
+            from tideloop import testing
+
+            async def main():
+                await asyncio.Event().wait()
+
+            testing.run(main(), virtual_time=True)
+            """
+        )
+    )
+    out = run_python("-m", "tideloop", "stuck.py", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "\ntideloop.testing.Deadlock: deadlock at virtual time" in out.stderr, out.stderr
+
+
+# -- python -m tideloop.demo ------------------------------------------------------------------
+
+
+def test_demo_virtual_time_and_race_parts() -> None:
+    """The demo's hour passes in virtual time; its race is found, shrunk to one, replayed."""
+    out = run_python("-m", "tideloop.demo", "--part", "time", "--part", "race")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # the demo wraps its lines
+    assert "1. Virtual time" in text and "2. A race found, shrunk and replayed" in text
+    assert "Speed" not in text
+    assert "60 heartbeats, 3,600 s of loop time (1 h) in" in text
+    assert "On the stdlib loop: 100 runs, 0 failed." in text
+    assert re.search(r"shrunk from \d+ deviation\(s\) to 1 in \d+ reruns", text), text
+    assert "1 deviation(s) from the unperturbed schedule:" in text
+    assert "Replayed from the tape: it fails again (AssertionError: the server read b'B\\n'" in text
+    assert out.stderr == ""
+
+
+def test_demo_race_program_passes_unperturbed_on_both_loops() -> None:
+    from tideloop import demo
+
+    asyncio.run(demo.requests_in_order())
+    tideloop.run(demo.requests_in_order())
+
+
+def test_demo_speed_part_compares_both_loops() -> None:
+    out = run_python(
+        "-m", "tideloop.demo", "--part", "speed", "--core", "--rounds", "1", "--requests", "3000"
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip()}
+    assert rows["asyncio"][2] == "1.00x"
+    assert rows["tideloop"][2].endswith("x") and float(rows["tideloop"][2][:-1]) > 0
+    assert "python -m bench" in out.stdout

@@ -9,6 +9,7 @@ Public API only; see ``tideloop._loop`` for how the loop is composed.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from ._console import install_from_environment as _install_console_from_environment
@@ -48,3 +49,18 @@ def __getattr__(name: str) -> Any:
 
         return policy_class()
     raise AttributeError(f"module 'tideloop' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # dir(tideloop) lists the public API (and the module's own dunders and the
+    # public submodules imported so far), not the names its code imports.
+    names = {n for n in globals() if n.startswith("__") and n.endswith("__")}
+    names.update(__all__)
+    names.update(
+        n
+        for n, v in globals().items()
+        if isinstance(v, types.ModuleType)
+        and not n.startswith("_")
+        and v.__name__ == f"{__name__}.{n}"
+    )
+    return sorted(names)

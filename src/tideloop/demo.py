@@ -1,34 +1,43 @@
-"""``python -m tideloop.demo``: the same asyncio code on the stdlib loop and on tideloop.
+"""``python -m tideloop.demo``: what tideloop is for, in three parts of a few seconds each.
 
 Layer: top (a user of the public API only; nothing imports it). It needs
-nothing but Python and tideloop, so it runs right after ``pip install
-tideloop`` on a fresh machine (how long it takes: README.md).
+nothing but Python and tideloop, so it runs right after ``pip install`` on a
+fresh machine (the README's first command). ``--part`` runs some parts only.
 
-What it measures, each loop in a fresh process, rounds interleaved
-(asyncio, tideloop, asyncio, tideloop, ...), the median of the rounds shown:
+1. **speed**: the same asyncio code on the stdlib loop and on tideloop, side
+   by side, each loop in a fresh process, rounds interleaved (asyncio,
+   tideloop, asyncio, ...), the median of the rounds shown:
 
-- **network** (when tideloop can run servers): a line echo server written
-  the way most asyncio servers are, with streams (``start_server``,
-  ``readline``, ``write``, ``drain``), on 127.0.0.1 in one process, driven by
-  a small load generator in another (plain non-blocking sockets and
-  epoll/poll, no event loop, so it costs less per message than the server).
-  Each is pinned to its own CPU where the platform allows; the CPU use of
-  both during the measurement is shown (the server's read from ``/proc`` on
-  Linux), to show whether the server was the bottleneck.
-- **core** (otherwise, or with ``--core``): a mixed in-process workload of
-  many tasks, queues, futures, timeouts and timers: clients send requests
-  through an asyncio.Queue to workers and wait for each answer under
-  ``asyncio.wait_for``.
+   - **network** (when tideloop can run servers): a line echo server written
+     the way most asyncio servers are, with streams (``start_server``,
+     ``readline``, ``write``, ``drain``), on 127.0.0.1 in one process, driven
+     by a small load generator in another (plain non-blocking sockets and
+     epoll/poll, no event loop, so it costs less per message than the
+     server). Each is pinned to its own CPU where the platform allows; the
+     CPU use of both during the measurement is shown (the server's read from
+     ``/proc`` on Linux), to show whether the server was the bottleneck.
+   - **core** (otherwise, or with ``--core``): a mixed in-process workload of
+     many tasks, queues, futures, timeouts and timers: clients send requests
+     through an asyncio.Queue to workers and wait for each answer under
+     ``asyncio.wait_for``.
 
-It prints what ran, on what machine, and that numbers vary. The full,
-careful comparison (with uvloop, more workloads, latency percentiles, CPU
-per request) is the benchmark suite in the source tree: ``python -m bench``.
+   The full, careful comparison (with uvloop, more workloads, latency
+   percentiles, CPU per request) is the benchmark suite in the source tree:
+   ``python -m bench``.
+2. **time**: an hour in the life of a service (a heartbeat a minute, a
+   watchdog with a 90 s timeout) under ``tideloop.testing``'s virtual time:
+   an hour of loop time in milliseconds of real time.
+3. **race**: a small program with a real ordering bug that the stdlib loop
+   never shows (two clients' requests read in the order they were sent);
+   ``tideloop.testing.explore`` finds a schedule that breaks it, shrinks it
+   to the one deviation that matters, and replays it from its tape.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import platform
@@ -37,17 +46,20 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable
 from typing import Any, Final, cast
 
 import tideloop
+from tideloop import testing
 from tideloop._pollers import READ, make_poller
 
 __all__ = ["main"]
 
 LOOPS: Final = ("asyncio", "tideloop")
+PARTS: Final = ("speed", "time", "race")
 MESSAGE_SIZE: Final = 1024
 CONNECTIONS: Final = 50
 CORE_CLIENTS: Final = 500
@@ -331,8 +343,17 @@ def _rounds(n: int) -> str:
     return f"{n} round" if n == 1 else f"{n} rounds"
 
 
-def _say(text: str) -> None:
-    print(textwrap.fill(text, width=78))
+def _say(text: str, indent: str = "") -> None:
+    print(
+        textwrap.fill(
+            text,
+            width=78,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    )
 
 
 def _fmt_us(us: float) -> str:
@@ -442,16 +463,171 @@ def _demo_core(rounds: int, cpu: int | None, requests: int) -> None:
     _report(results, "requests", network=False)
 
 
+# -- part 2: virtual time ------------------------------------------------------------------
+
+
+async def _an_hour_of_heartbeats() -> int:
+    """An hour of a service's life: a heartbeat a minute, a watchdog that allows 90 s of silence."""
+    beats = 0
+    beat = asyncio.Event()
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        for _ in range(60):
+            await asyncio.sleep(60)
+            beats += 1
+            beat.set()
+
+    async def watchdog() -> None:
+        while beats < 60:
+            beat.clear()
+            async with asyncio.timeout(90):  # raises TimeoutError after 90 s of silence
+                await beat.wait()
+
+    await asyncio.gather(heartbeat(), watchdog())
+    return beats
+
+
+async def _timed_hour() -> tuple[int, float]:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    beats = await _an_hour_of_heartbeats()
+    return beats, loop.time() - start
+
+
+def _demo_time() -> None:
+    _say(
+        "A service's hour: a heartbeat every 60 s and a watchdog that raises if 90 s pass "
+        "without one (asyncio.sleep, asyncio.timeout, an Event). On the stdlib loop a test "
+        "of it takes an hour. With tideloop.testing's virtual time, the clock jumps to the "
+        "next timer whenever every task waits:"
+    )
+    print("\n    testing.run(main(), virtual_time=True)\n")
+    t0 = time.perf_counter()
+    beats, loop_seconds = testing.run(_timed_hour(), virtual_time=True)
+    real = time.perf_counter() - t0
+    _say(
+        f"{beats} heartbeats, {loop_seconds:,.0f} s of loop time "
+        f"({loop_seconds / 3600:g} h) in {real * 1000:.1f} ms of real time.",
+        "  ",
+    )
+    print()
+    _say(
+        "Timeouts, wait_for, call_later and library timeouts (aiohttp, anyio) follow the "
+        "same clock; a run where every task waits and nothing can wake them is reported as "
+        "a deadlock instead of hanging. In pytest: pytest --tideloop-virtual-time."
+    )
+
+
+# -- part 3: a race found, shrunk and replayed -------------------------------------------------
+
+
+async def requests_in_order() -> None:
+    """Two clients send one request each, A before B; the server expects A's first."""
+    seen: list[bytes] = []
+    both = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readline())
+        if len(seen) == 2:
+            both.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, a = await asyncio.open_connection("127.0.0.1", port)
+    _, b = await asyncio.open_connection("127.0.0.1", port)
+    a.write(b"A\n")
+    b.write(b"B\n")
+    await both.wait()
+    a.close()
+    b.close()
+    server.close()
+    await server.wait_closed()
+    assert seen == [b"A\n", b"B\n"], f"the server read {seen[0]!r} first"
+
+
+def _source(function: Callable[..., object]) -> str:
+    try:
+        return textwrap.indent(inspect.getsource(function), "    ")
+    except (OSError, TypeError):  # no source shipped (a zip app, a frozen build)
+        return f"    {function.__qualname__}: {function.__doc__}\n"
+
+
+def _demo_race(runs: int, schedules: int) -> bool:
+    """The race part; False if exploring did not find the race (it should, at once)."""
+    _say(
+        "A program with an ordering bug: two connections' data have no order, but the "
+        "server assumes it reads A's request first because A sent it first."
+    )
+    print()
+    print(_source(requests_in_order))
+    failures = 0
+    for _ in range(runs):
+        try:
+            asyncio.run(requests_in_order())
+        except AssertionError:
+            failures += 1
+    _say(f"On the stdlib loop: {runs} runs, {failures} failed. The bug hides.", "  ")
+    print("\n    found = testing.explore(requests_in_order, schedules=1000)\n")
+    t0 = time.perf_counter()
+    found = testing.explore(requests_in_order, strategy="random", schedules=schedules)
+    elapsed = time.perf_counter() - t0
+    tape = found.tape
+    if tape is None:
+        print(f"  No failing schedule in {found.schedules} schedules ({elapsed:.2f} s).")
+        return False
+    _say(
+        f"Schedule {found.schedules} of up to {schedules} failed ({tape.failure}); "
+        f"shrunk from {tape.shrunk_from} deviation(s) to {len(tape.deviations)} in "
+        f"{found.shrink_runs} reruns, {elapsed * 1000:.0f} ms in all:",
+        "  ",
+    )
+    print()
+    print(textwrap.indent(tape.words(), "    "))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = tape.save(os.path.join(tmp, "requests_in_order.tape.json"))
+        print(f"\n    found.tape.save({path.name!r}); testing.replay(requests_in_order, ...)\n")
+        try:
+            testing.replay(requests_in_order, path)
+        except AssertionError as exc:
+            _say(f"Replayed from the tape: it fails again ({type(exc).__name__}: {exc}).", "  ")
+        else:
+            _say("Replayed from the tape: it passed this time.", "  ")
+            return False
+    print()
+    _say(
+        "The search varies only what asyncio leaves open (which ready socket is served "
+        "first, equal timer deadlines, when a thread's result arrives), so every failure "
+        "is a schedule the program can meet in production. In pytest: "
+        "pytest --tideloop-seeds=100."
+    )
+    return True
+
+
+def _heading(n: int, title: str) -> None:
+    print(f"\n{n}. {title}\n{'-' * (len(title) + 3)}\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m tideloop.demo``."""
     p = argparse.ArgumentParser(
         prog="python -m tideloop.demo",
-        description="The same asyncio workload on the stdlib loop and on tideloop, side by side.",
+        description="What tideloop is for: speed side by side with the stdlib loop, "
+        "virtual time, and a race found, shrunk and replayed.",
     )
-    p.add_argument("--core", action="store_true", help="run the in-process core workload")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per loop (default 3)")
-    p.add_argument("--seconds", type=float, default=2.0, help="measured seconds per echo run")
-    p.add_argument("--requests", type=int, default=100_000, help="requests per core run")
+    p.add_argument(
+        "--part",
+        action="append",
+        choices=PARTS,
+        help="run this part only (repeatable; default: all three)",
+    )
+    p.add_argument("--core", action="store_true", help="speed: the in-process core workload")
+    p.add_argument("--rounds", type=int, default=2, help="speed: rounds per loop (default 2)")
+    p.add_argument(
+        "--seconds", type=float, default=1.0, help="speed: measured seconds per echo run (1)"
+    )
+    p.add_argument("--requests", type=int, default=100_000, help="speed: requests per core run")
     p.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
@@ -471,17 +647,35 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_run_core(args.core_run[0], int(args.core_run[1]))))
         return
 
-    pinned = _cpu_count() >= 2 and hasattr(os, "sched_setaffinity")
-    cpus: tuple[int | None, int | None] = (0, 1) if pinned else (None, None)
-    print("tideloop demo: the same asyncio code on the stdlib loop and on tideloop")
-    print(f"Machine: {_machine()}\n")
-    if args.core or not _demo_network(args.rounds, args.seconds, cpus):
-        _demo_core(args.rounds, cpus[0], args.requests)
-    print(
-        "\nMeasured just now on this machine; numbers vary between machines and runs (other"
-        "\nprograms, CPU frequency). For the full comparison with uvloop and more workloads,"
-        "\nrun the benchmark suite from a source checkout: python -m bench"
-    )
+    parts = [part for part in PARTS if part in (args.part or PARTS)]
+    print("tideloop demo: a drop-in asyncio event loop, and what it lets you test")
+    print(f"Machine: {_machine()}")
+    ok = True
+    for n, part in enumerate(parts, 1):
+        if part == "speed":
+            _heading(n, "Speed: the same asyncio code on the stdlib loop and on tideloop")
+            pinned = _cpu_count() >= 2 and hasattr(os, "sched_setaffinity")
+            cpus: tuple[int | None, int | None] = (0, 1) if pinned else (None, None)
+            if args.core or not _demo_network(args.rounds, args.seconds, cpus):
+                _demo_core(args.rounds, cpus[0], args.requests)
+            print()
+            _say(
+                "Measured just now on this machine; numbers vary between machines and runs "
+                "(other programs, CPU frequency). For the full comparison with uvloop and more "
+                "workloads, run the benchmark suite from a source checkout: python -m bench"
+            )
+        elif part == "time":
+            _heading(n, "Virtual time: an hour of asyncio in milliseconds")
+            _demo_time()
+        else:
+            _heading(n, "A race found, shrunk and replayed")
+            ok = _demo_race(runs=100, schedules=1000) and ok
+    print()
+    print("Use it:       tideloop.run(main())")
+    print("              asyncio.run(main(), loop_factory=tideloop.new_event_loop)")
+    print("Test with it: pytest --tideloop    (README.md, docs/quickstart.md)")
+    if not ok:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ import asyncio
 import asyncio.events
 import contextlib
 import functools
+import types
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -209,3 +210,32 @@ def current_clock() -> VirtualClock:
     if not isinstance(clock, VirtualClock):
         raise RuntimeError("the running loop has no VirtualClock (use virtual_time=True)")
     return clock
+
+
+# The exceptions a user catches print and pickle under their public path
+# (``tideloop.testing.Deadlock``), not the private module that defines them.
+for _exported in list(globals().values()):
+    if (
+        isinstance(_exported, type)
+        and issubclass(_exported, BaseException)
+        and _exported.__name__ in __all__
+        and _exported.__module__.startswith(f"{__name__}._")
+    ):
+        _exported.__module__ = __name__
+del _exported
+
+
+def __dir__() -> list[str]:
+    # dir(tideloop.testing) lists the public API (and the package's own
+    # dunders and the public submodules imported so far, e.g. pytest_plugin),
+    # not the names its code imports.
+    names = {n for n in globals() if n.startswith("__") and n.endswith("__")}
+    names.update(__all__)
+    names.update(
+        n
+        for n, v in globals().items()
+        if isinstance(v, types.ModuleType)
+        and not n.startswith("_")
+        and v.__name__ == f"{__name__}.{n}"
+    )
+    return sorted(names)

@@ -479,7 +479,8 @@ class LoopRecorder:
         if site is not None:
             detail["site"] = site
         first = recording.failure is None
-        text = ("fails: " if first else "raises: ") + words.splitlines()[-1]
+        # The exception line (a message may run over lines: pytest's own do).
+        text = ("fails: " if first else "raises: ") + (words.splitlines() or [""])[0]
         if site is not None:
             text += f" at {site['where']}"
         seq = self.event("failure", lane, text, detail, first=first)
