@@ -291,12 +291,21 @@ def test_to_thread_does_not_block_loop(loop: asyncio.AbstractEventLoop) -> None:
                 ticks += 1
                 await asyncio.sleep(0.001)
 
+        def blocks_until_ticked() -> str:
+            # The thread blocks (sleeps) until the loop has ticked 5 times:
+            # it can only return if the loop runs meanwhile, however slow
+            # the machine (a fixed sleep and a tick count was flaky under load).
+            deadline = time.monotonic() + 30
+            while ticks < 5 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            return "ticked" if ticks >= 5 else "loop blocked"
+
         tick_task = asyncio.ensure_future(ticker())
-        result = await asyncio.to_thread(lambda: (time.sleep(0.05), "slept")[1])
+        result = await asyncio.to_thread(blocks_until_ticked)
         tick_task.cancel()
         await asyncio.gather(tick_task, return_exceptions=True)
         return result, ticks
 
     result, ticks = loop.run_until_complete(main())
-    assert result == "slept"
+    assert result == "ticked"
     assert ticks >= 5
