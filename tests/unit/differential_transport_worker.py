@@ -269,7 +269,10 @@ class Dgram(asyncio.DatagramProtocol):
         TRACE.append(["made"])
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        TRACE.append(["datagram", *digest(data), addr[0]])
+        # The port is the peer's (its number differs from run to run).
+        TRACE.append(
+            ["datagram", *digest(data), type(addr).__name__, addr[0], len(addr), list(addr[2:])]
+        )
         self.fail.check("datagram_received")
 
     def error_received(self, exc: Exception) -> None:
@@ -279,12 +282,13 @@ class Dgram(asyncio.DatagramProtocol):
         TRACE.append(["lost", exc_info(exc)])
 
 
-async def datagram_program(connected: bool, ops: list[list[Any]]) -> None:
+async def datagram_program(connected: bool, family: str, ops: list[list[Any]]) -> None:
     loop = asyncio.get_running_loop()
-    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    a.bind(("127.0.0.1", 0))
-    b.bind(("127.0.0.1", 0))
+    fam, host = (socket.AF_INET6, "::1") if family == "inet6" else (socket.AF_INET, "127.0.0.1")
+    a = socket.socket(fam, socket.SOCK_DGRAM)
+    b = socket.socket(fam, socket.SOCK_DGRAM)
+    a.bind((host, 0))
+    b.bind((host, 0))
     b.setblocking(False)
     here = a.getsockname()
     if connected:
@@ -292,16 +296,27 @@ async def datagram_program(connected: bool, ops: list[list[Any]]) -> None:
     fail = Failing()
     transport, _ = await loop.create_datagram_endpoint(lambda: Dgram(fail), sock=a)
     # A port nothing listens on (refused: an ICMP error for a connected socket).
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gone:
-        gone.bind(("127.0.0.1", 0))
+    with socket.socket(fam, socket.SOCK_DGRAM) as gone:
+        gone.bind((host, 0))
         dead = gone.getsockname()
+    peer = b.getsockname()
     got: list[Any] = []
     try:
         for step, op in enumerate(ops):
             kind = op[0]
             TRACE.append(["step", step, op])
             if kind == "sendto":
-                targets = {"none": None, "omit": None, "peer": b.getsockname(), "dead": dead}
+                targets = {
+                    "none": None,
+                    "omit": None,
+                    "peer": peer,  # the socket module's tuple (4 items for IPv6)
+                    "peer2": peer[:2],  # (host, port)
+                    "peer_list": list(peer),  # not a tuple: the socket module decides
+                    "peer_name": ("localhost", peer[1]),  # a name: looked up
+                    "peer_scope": (f"{peer[0]}%lo", peer[1]),  # a scope in the host
+                    "bad_port": (peer[0], 70000),
+                    "dead": dead,
+                }
                 target = targets.get(op[2], ("256.1.1.1", 1))
                 args = [make_data(op[3], pattern(step, op[1]))]
                 if op[2] != "omit":
@@ -348,7 +363,9 @@ def run(request: dict[str, Any]) -> list[Any]:
         if request["kind"] == "stream":
             main = stream_program(request["family"], request["protocol"], request["ops"])
         else:
-            main = datagram_program(request["connected"], request["ops"])
+            main = datagram_program(
+                request["connected"], request.get("family", "inet"), request["ops"]
+            )
         try:
             loop.run_until_complete(main)
         except Exception as exc:  # the program's own mistake: in the trace, to compare

@@ -228,7 +228,20 @@ datagram_ops = st.one_of(
     st.tuples(
         st.just("sendto"),
         st.sampled_from([0, 1, 1000, 60_000]),
-        st.sampled_from(["none", "omit", "peer", "dead", "bad"]),
+        st.sampled_from(
+            [
+                "none",
+                "omit",
+                "peer",
+                "peer2",
+                "peer_list",
+                "peer_name",
+                "peer_scope",
+                "bad_port",
+                "dead",
+                "bad",
+            ]
+        ),
         st.sampled_from(["bytes", "bytes", "bytearray", "memoryview", "str"]),
     ),
     st.tuples(st.just("sendto_kw"), st.sampled_from([0, 10, 1000])),
@@ -251,6 +264,7 @@ transport_requests = st.one_of(
         {
             "kind": st.just("datagram"),
             "connected": st.booleans(),
+            "family": st.sampled_from(["inet", "inet6"]),
             "ops": st.lists(datagram_ops.map(list), max_size=10),
             "debug": st.booleans(),
         }

@@ -54,6 +54,9 @@
 #include <errno.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <string.h>
 
 #if PY_VERSION_HEX >= 0x030C0000
 #define TL_T_OBJECT_EX Py_T_OBJECT_EX
@@ -89,7 +92,8 @@ static PyObject *dgram_pure_read = NULL;     /* DatagramTransport._read_ready */
 static PyObject *dgram_pure_sendto = NULL;   /* the pure DatagramTransport.sendto */
 static PyObject *udp_read_size = NULL;       /* datagram.UDP_READ_SIZE (an int) */
 static Py_ssize_t off_d_reader_on, off_d_conn_lost, off_d_read_buf, off_d_sock, off_d_protocol,
-    off_d_address, off_d_buffer, off_d_connected;
+    off_d_address, off_d_buffer, off_d_connected, off_d_family;
+static Py_ssize_t udp_read_len = 0;         /* UDP_READ_SIZE, as a C number */
 
 static PyObject *s_fileno, *s_max_size, *s_data_received, *s_get_buffer, *s_buffer_updated,
     *s_read_eof, *s_fatal_error, *s_write_tail, *s_recvfrom, *s_recvfrom_into, *s_send,
@@ -581,6 +585,236 @@ static PyMethodDef stream_write_def = {
     "method, SocketTransport._write_pure, does everything but the common case)."};
 
 /* ------------------------------------------------------------------ */
+/* Addresses of AF_INET and AF_INET6 datagrams                          */
+
+/* Facts / what this means for us:
+ * - The socket module turns a peer's sockaddr into a new tuple for every
+ *   datagram (inet_ntop, which formats with sprintf, a str, an int), and
+ *   parses the tuple given to sendto() every time (the host through the
+ *   idna codec, then inet_pton, then getaddrinfo if that fails): for small
+ *   datagrams, more than the syscalls.
+ * - Here: the tuple the socket module would make (AF_INET: (host, port);
+ *   AF_INET6: (host, port, flowinfo, scope_id), the host from inet_ntop),
+ *   kept in a small table by sockaddr, so a peer's datagrams share one
+ *   tuple (tuples are immutable: nobody can tell, but by identity); and a
+ *   sendto() address that is such a tuple, or (host, port) with a numeric
+ *   host of the socket's family that inet_pton takes, is converted here
+ *   (numeric hosts are all the socket module would convert without a name
+ *   lookup). Anything else (a name, a scope in the host, another family,
+ *   a wrong type) takes the pure path, which asks the socket module.
+ */
+
+#define ADDR_SLOTS 256
+typedef struct {
+    struct sockaddr_storage sa; /* family 0: an empty slot */
+    socklen_t len;
+    PyObject *tuple; /* owned */
+} AddrEntry;
+static AddrEntry addr_table[ADDR_SLOTS];
+/* The same entries by their tuple's address (for sendto): a slot number + 1. */
+static unsigned short by_tuple[ADDR_SLOTS];
+
+static inline unsigned
+ptr_hash(const void *p)
+{
+    return (unsigned)(((uintptr_t)p >> 4) % ADDR_SLOTS);
+}
+
+static unsigned
+addr_hash(const struct sockaddr *sa, socklen_t len)
+{
+    const unsigned char *p = (const unsigned char *)sa;
+    unsigned h = 2166136261u;
+    for (socklen_t i = 0; i < len; i++) {
+        h = (h ^ p[i]) * 16777619u;
+    }
+    return h % ADDR_SLOTS;
+}
+
+/* The tuple for a received sockaddr (new reference), as the socket module
+ * makes it; Py_None for an empty address; NULL with an error set. */
+static PyObject *
+addr_tuple(const struct sockaddr_storage *ss, socklen_t len)
+{
+    if (len == 0) {
+        Py_RETURN_NONE;
+    }
+    const struct sockaddr *sa = (const struct sockaddr *)ss;
+    socklen_t keylen;
+    if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+        keylen = sizeof(struct sockaddr_in);
+    }
+    else if (sa->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+        keylen = sizeof(struct sockaddr_in6);
+    }
+    else {
+        PyErr_SetString(PyExc_OSError, "unexpected address family of a datagram");
+        return NULL;
+    }
+    AddrEntry *e = &addr_table[addr_hash(sa, keylen)];
+    if (e->tuple != NULL && e->len == keylen && memcmp(&e->sa, sa, keylen) == 0) {
+        return Py_NewRef(e->tuple);
+    }
+    char host[INET6_ADDRSTRLEN];
+    PyObject *tuple;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host)) == NULL) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        tuple = Py_BuildValue("(si)", host, (int)ntohs(in->sin_port));
+    }
+    else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        if (inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host)) == NULL) {
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        tuple = Py_BuildValue("(siII)", host, (int)ntohs(in6->sin6_port),
+                              (unsigned int)ntohl(in6->sin6_flowinfo),
+                              (unsigned int)in6->sin6_scope_id);
+    }
+    if (tuple == NULL) {
+        return NULL;
+    }
+    memset(&e->sa, 0, sizeof(e->sa));
+    memcpy(&e->sa, sa, keylen);
+    e->len = keylen;
+    Py_XSETREF(e->tuple, Py_NewRef(tuple));
+    by_tuple[ptr_hash(tuple)] = (unsigned short)(e - addr_table + 1);
+    return tuple;
+}
+
+/* sendto()'s address as a sockaddr of *family*: 1 converted, 0 not ours
+ * (the pure path asks the socket module), -1 error. */
+static int
+addr_sockaddr(PyObject *addr, int family, struct sockaddr_storage *ss, socklen_t *len)
+{
+    if (!PyTuple_CheckExact(addr)) {
+        return 0;
+    }
+    /* One of ours, most likely: the tuple a datagram came from. */
+    unsigned slot = by_tuple[ptr_hash(addr)];
+    if (slot && addr_table[slot - 1].tuple == addr) {
+        AddrEntry *e = &addr_table[slot - 1];
+        if (((const struct sockaddr *)&e->sa)->sa_family != family) {
+            return 0;
+        }
+        memcpy(ss, &e->sa, e->len);
+        *len = e->len;
+        return 1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(addr);
+    if (n < 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(addr, 0)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(addr, 1))) {
+        return 0;
+    }
+    const char *host = PyUnicode_AsUTF8(PyTuple_GET_ITEM(addr, 0));
+    if (host == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    long port = PyLong_AsLong(PyTuple_GET_ITEM(addr, 1));
+    if (port < 0 || port > 65535) {
+        PyErr_Clear();
+        return 0; /* the socket module's error */
+    }
+    memset(ss, 0, sizeof(*ss));
+    if (family == AF_INET && n == 2) {
+        struct sockaddr_in *in = (struct sockaddr_in *)ss;
+        if (inet_pton(AF_INET, host, &in->sin_addr) != 1) {
+            return 0;
+        }
+        in->sin_family = AF_INET;
+        in->sin_port = htons((unsigned short)port);
+        *len = sizeof(*in);
+        return 1;
+    }
+    if (family == AF_INET6 && n <= 4 && strchr(host, '%') == NULL) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+        unsigned long flowinfo = 0, scope_id = 0;
+        if (n > 2) {
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(addr, 2))) {
+                return 0;
+            }
+            flowinfo = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(addr, 2));
+            if (flowinfo > 0xfffff) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        if (n > 3) {
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(addr, 3))) {
+                return 0;
+            }
+            scope_id = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(addr, 3));
+            if (scope_id == (unsigned long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1) {
+            return 0;
+        }
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((unsigned short)port);
+        in6->sin6_flowinfo = htonl((uint32_t)flowinfo);
+        in6->sin6_scope_id = (uint32_t)scope_id;
+        *len = sizeof(*in6);
+        return 1;
+    }
+    return 0;
+}
+
+/* recvfrom(2) with the socket module's EINTR rule; as do_recv. */
+static Py_ssize_t
+do_recvfrom(int fd, char *buf, Py_ssize_t size, struct sockaddr_storage *ss, socklen_t *len)
+{
+    for (;;) {
+        *len = sizeof(*ss);
+        ssize_t n = recvfrom(fd, buf, (size_t)size, 0, (struct sockaddr *)ss, len);
+        if (n >= 0) {
+            return (Py_ssize_t)n;
+        }
+        if (errno == EINTR) {
+            if (PyErr_CheckSignals() < 0) {
+                return -2;
+            }
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return -1;
+        }
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -2;
+    }
+}
+
+/* sendto(2) (to NULL: send(2)) likewise. */
+static Py_ssize_t
+do_sendto(int fd, const char *buf, Py_ssize_t size, const struct sockaddr_storage *ss, socklen_t len)
+{
+    for (;;) {
+        ssize_t n = ss ? sendto(fd, buf, (size_t)size, 0, (const struct sockaddr *)ss, len)
+                       : send(fd, buf, (size_t)size, 0);
+        if (n >= 0) {
+            return (Py_ssize_t)n;
+        }
+        if (errno == EINTR) {
+            if (PyErr_CheckSignals() < 0) {
+                return -2;
+            }
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            PyErr_SetFromErrno(PyExc_OSError); /* BlockingIOError: the pure path's except */
+            return -2;
+        }
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -2;
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* DatagramTransport._read_ready and sendto                            */
 
 static PyObject *
@@ -610,7 +844,24 @@ dgram_read_ready(PyObject *module, PyObject *self)
     PyObject *sock = Py_NewRef(SLOT(self, off_d_sock));
     PyObject *data = NULL, *addr = NULL, *result = NULL;
     PyObject *r;
-    if (buf == Py_None) {
+    long family = 0;
+    if (buf == Py_None && slot_long(self, off_d_family, &family) == 0 &&
+        (family == AF_INET || family == AF_INET6)) {
+        /* recvfrom(2) here, the address from the table (see addr_tuple). */
+        struct sockaddr_storage ss;
+        socklen_t len = 0;
+        int fd;
+        Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : do_recvfrom(fd, read_buf, udp_read_len, &ss, &len);
+        if (n == -1) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (n >= 0) {
+            data = PyBytes_FromStringAndSize(read_buf, n);
+            addr = data ? addr_tuple(&ss, len) : NULL;
+        }
+    }
+    else if (buf == Py_None) {
         PyObject *stack[] = {sock, udp_read_size};
         r = PyObject_VectorcallMethod(s_recvfrom, stack, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (r != NULL) {
@@ -736,8 +987,38 @@ dgram_sendto(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     Py_INCREF(addr);
     Py_INCREF(sock);
     PyObject *result = NULL;
-    PyObject *r;
-    if (connected == Py_True) {
+    PyObject *r = NULL;
+    /* send(2)/sendto(2) here for AF_INET and AF_INET6 and an address we can
+     * convert (see addr_sockaddr); else the socket object's methods. */
+    int direct = 0;
+    long family = 0;
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    if (slot_long(self, off_d_family, &family) == 0 && (family == AF_INET || family == AF_INET6)) {
+        if (connected == Py_True) {
+            direct = 1;
+        }
+        else {
+            direct = addr_sockaddr(addr, (int)family, &ss, &sslen);
+            if (direct < 0) {
+                goto done;
+            }
+        }
+    }
+    Py_buffer view;
+    if (direct && PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* a strided or released view: the socket module says what is wrong */
+        direct = 0;
+    }
+    if (direct) {
+        int fd;
+        Py_ssize_t n = sock_fd(sock, &fd) < 0
+                           ? -2
+                           : do_sendto(fd, view.buf, view.len, connected == Py_True ? NULL : &ss, sslen);
+        PyBuffer_Release(&view);
+        r = n >= 0 ? Py_NewRef(Py_None) : NULL;
+    }
+    else if (connected == Py_True) {
         PyObject *stack[] = {sock, data};
         r = PyObject_VectorcallMethod(s_send, stack, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
@@ -877,7 +1158,15 @@ configure_datagram(PyObject *module, PyObject *args)
         slot_offset(t, "_protocol", &off_d_protocol) < 0 ||
         slot_offset(t, "_address", &off_d_address) < 0 ||
         slot_offset(t, "_buffer", &off_d_buffer) < 0 ||
-        slot_offset(t, "_connected", &off_d_connected) < 0) {
+        slot_offset(t, "_connected", &off_d_connected) < 0 ||
+        slot_offset(t, "_family", &off_d_family) < 0) {
+        return NULL;
+    }
+    udp_read_len = PyLong_AsSsize_t(size);
+    if (udp_read_len <= 0 || udp_read_len > READ_BUF_SIZE) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError, "udp_read_size must be in 1..%d", READ_BUF_SIZE);
+        }
         return NULL;
     }
     Py_XSETREF(DgramType, (PyTypeObject *)Py_NewRef(cls));

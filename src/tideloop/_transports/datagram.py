@@ -98,7 +98,7 @@ _Address = Any
 
 
 class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTransport):
-    __slots__ = ("_address", "_connected", "_read_buf", "_sock")
+    __slots__ = ("_address", "_connected", "_family", "_read_buf", "_sock")
 
     #: asyncio's read size, kept for code that reads it; see the docstring.
     max_size: int = 256 * 1024
@@ -121,6 +121,9 @@ class DatagramTransport(WriteFlowControl, asyncio.Transport, asyncio.DatagramTra
         super().__init__(loop, fds, fd, extra, None, sock.close)
         socket_extra(self._extra, sock)
         self._sock = sock
+        # An int (the native paths read it: they convert addresses themselves
+        # for AF_INET and AF_INET6 only).
+        self._family = int(sock.family)
         self._address = address
         self._connected = bool(self._extra["peername"])
         self._read_buf: memoryview | None = None
