@@ -1067,6 +1067,75 @@ static PyMethodDef dgram_sendto_def = {
     "Send data to addr (tideloop's native fast path; the pure method,\n"
     "DatagramTransport._sendto_pure, does everything but the common case)."};
 
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out);
+
+/* ------------------------------------------------------------------ */
+/* FdTransport.is_closing and WriteFlowControl.get_write_buffer_size    */
+
+/* Asked once per message by asyncio's streams (StreamWriter.drain() asks
+ * is_closing()) and by libraries' writers: a Python frame to read a slot. */
+static Py_ssize_t off_b_closing = -1, off_b_buffer_size = -1;
+
+static PyObject *
+read_slot(PyObject *self, Py_ssize_t off, const char *name)
+{
+    PyObject *v = off < 0 ? NULL : SLOT(self, off);
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%s'",
+                     Py_TYPE(self)->tp_name, name);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+static PyObject *
+base_is_closing(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return read_slot(self, off_b_closing, "_closing");
+}
+
+static PyObject *
+base_get_write_buffer_size(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return read_slot(self, off_b_buffer_size, "_buffer_size");
+}
+
+static PyMethodDef is_closing_def = {
+    "is_closing", (PyCFunction)base_is_closing, METH_NOARGS,
+    "is_closing($self, /)\n--\n\nReturn True if the transport is closing or closed."};
+static PyMethodDef get_write_buffer_size_def = {
+    "get_write_buffer_size", (PyCFunction)base_get_write_buffer_size, METH_NOARGS,
+    "get_write_buffer_size($self, /)\n--\n\nReturn the current size of the write buffer."};
+
+/* configure_base(FdTransport, WriteFlowControl): their native is_closing
+ * and get_write_buffer_size methods. */
+static PyObject *
+configure_base(PyObject *module, PyObject *args)
+{
+    PyObject *base, *flow;
+    if (!PyArg_ParseTuple(args, "O!O!:configure_base", &PyType_Type, &base, &PyType_Type, &flow)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)flow, (PyTypeObject *)base)) {
+        PyErr_SetString(PyExc_TypeError, "the flow-control class must extend the base class");
+        return NULL;
+    }
+    if (slot_offset((PyTypeObject *)base, "_closing", &off_b_closing) < 0 ||
+        slot_offset((PyTypeObject *)base, "_buffer_size", &off_b_buffer_size) < 0) {
+        return NULL;
+    }
+    PyObject *closing = PyDescr_NewMethod((PyTypeObject *)base, &is_closing_def);
+    PyObject *size = closing ? PyDescr_NewMethod((PyTypeObject *)flow, &get_write_buffer_size_def) : NULL;
+    if (size == NULL) {
+        Py_XDECREF(closing);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(2, closing, size);
+    Py_DECREF(closing);
+    Py_DECREF(size);
+    return r;
+}
+
 /* ------------------------------------------------------------------ */
 /* configure                                                           */
 
@@ -1183,6 +1252,8 @@ static PyMethodDef native_methods[] = {
      "datagram_read_ready(transport): DatagramTransport._read_ready, natively."},
     {"configure_stream", (PyCFunction)configure_stream, METH_VARARGS,
      "configure_stream(cls, socket_type, read_ready, write, large_read_size) -> write method"},
+    {"configure_base", (PyCFunction)configure_base, METH_VARARGS,
+     "configure_base(FdTransport, WriteFlowControl) -> (is_closing, get_write_buffer_size) methods"},
     {"configure_datagram", (PyCFunction)configure_datagram, METH_VARARGS,
      "configure_datagram(cls, read_ready, sendto, udp_read_size) -> sendto method"},
     {NULL, NULL, 0, NULL},

@@ -50,6 +50,8 @@ from tideloop._fdio.registry import FdRegistry
 from tideloop._fdio.sock import WRITE_LIMIT
 from tideloop._versions import TRANSPORT_CONTEXT as _TRANSPORT_CONTEXT
 
+from . import native
+
 
 def socket_extra(extra: dict[str, Any], sock: socket.socket) -> None:
     """asyncio's extra info for a socket transport: socket, sockname, peername."""
@@ -440,3 +442,6 @@ class WriteFlowControl(FdTransport):
                 # A memoryview slice: the rest is never copied.
                 buffer[0] = memoryview(chunk)[n:]
                 break
+
+
+native.install_base(FdTransport, WriteFlowControl)

@@ -14,9 +14,13 @@ native core runs, since its read paths are called by the core's run phase
 - ``SocketTransport.write`` and ``DatagramTransport.sendto`` become native
   methods of the classes that do the common case themselves and call the
   pure methods (``_write_pure``/``_write_tail``, ``_sendto_pure``/``_queue``)
-  for everything else.
+  for everything else;
+- ``FdTransport.is_closing`` and ``WriteFlowControl.get_write_buffer_size``
+  become native methods that read their slot (asyncio's streams ask
+  ``is_closing()`` once per ``drain()``).
 
-`install` is called by stream.py and datagram.py once their classes exist.
+The ``install_*`` functions are called by base.py, stream.py and
+datagram.py once their classes exist.
 
 Invariant: whichever runs, a transport's observable behaviour is the same
 (every test runs on both builds; ``tests/unit/test_differential.py``
@@ -31,7 +35,7 @@ from typing import Any
 
 from tideloop._core import native as _core_native
 
-__all__ = ["NATIVE", "install_datagram", "install_stream", "transports"]
+__all__ = ["NATIVE", "install_base", "install_datagram", "install_stream", "transports"]
 
 
 def _load() -> ModuleType | None:
@@ -48,6 +52,13 @@ def _load() -> ModuleType | None:
 transports = _load()
 #: True when the transports' native paths run.
 NATIVE = transports is not None
+
+
+def install_base(base: type[Any], flow: type[Any]) -> None:
+    """Give FdTransport and WriteFlowControl their native slot readers, if they run here."""
+    if transports is None:
+        return
+    base.is_closing, flow.get_write_buffer_size = transports.configure_base(base, flow)
 
 
 def install_stream(cls: type[Any], large_read_size: int) -> None:
