@@ -13,15 +13,19 @@ the schedule keeps exploring.
 
 Each test runs many seeds on virtual time, so it takes well under a second
 or two, and checks that the schedule did reorder tied timers in its runs
-(the freedom the model must withstand was exercised).
+(the freedom the model must withstand was exercised). The last test compares
+a reset with the kernel's, on the real loopback: what arrived before it
+stays readable, as on Linux.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import random
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -424,3 +428,68 @@ def test_a_later_loop_delivers_its_own_messages() -> None:
     finally:
         client.close()
         server.close()
+
+
+# ---------------------------------------------------------------------------
+# A reset keeps what arrived before it (Linux's order), compared with the kernel
+
+
+async def reply_then_reset(
+    start: Callable[[Coroutine[Any, Any, None]], Any], host: str, *, fin: bool
+) -> list[Any]:
+    """A server replies and closes with the request unread (a reset; after a FIN
+    if *fin*); what the client's reads and a send then see (bytes or errno)."""
+    loop = asyncio.get_running_loop()
+    port: asyncio.Future[int] = loop.create_future()
+
+    async def server() -> None:
+        listener = socket.socket()
+        listener.setblocking(False)
+        listener.bind(("0.0.0.0", 0))
+        listener.listen()
+        port.set_result(listener.getsockname()[1])
+        conn, _ = await loop.sock_accept(listener)
+        listener.close()
+        with conn:
+            await asyncio.sleep(0.02)  # the request arrives, never read
+            await loop.sock_sendall(conn, b"reply")
+            if fin:
+                conn.shutdown(socket.SHUT_WR)
+            await asyncio.sleep(0.02)
+
+    task = start(server())
+    client = socket.socket()
+    client.setblocking(False)
+    seen: list[Any] = []
+    with client:
+        await loop.sock_connect(client, (host, await port))
+        await loop.sock_sendall(client, b"request")
+        await task
+        await asyncio.sleep(0.1)  # the reply and the reset have arrived
+        for op in ("recv", "recv", "recv", "send", "recv"):
+            try:
+                if op == "send":
+                    seen.append(("sent", client.send(b"more")))
+                else:
+                    seen.append(client.recv(100))
+            except OSError as exc:
+                seen.append((op, exc.errno))
+    return seen
+
+
+def test_a_reset_leaves_what_arrived_before_it_readable_as_linux_does() -> None:
+    # Linux (tcp_recvmsg, tcp_reset): the reply, then the reset once (or,
+    # after a FIN, EOF: the error is EPIPE and only a send reports it), then
+    # EOF; a send after it fails with EPIPE.
+    expected = {
+        False: [b"reply", ("recv", errno.ECONNRESET), b"", ("send", errno.EPIPE), b""],
+        True: [b"reply", b"", b"", ("send", errno.EPIPE), b""],
+    }
+    for fin in (False, True):
+        kernel = asyncio.run(reply_then_reset(asyncio.ensure_future, "127.0.0.1", fin=fin))
+        net = SimNetwork(seed=0)
+        simulated = testing.run(
+            reply_then_reset(functools.partial(net.spawn, "srv"), "srv", fin=fin), network=net
+        )
+        assert [e[1] for e in net.log].count("rst") == 1
+        assert (kernel, simulated) == (expected[fin], expected[fin]), f"fin={fin}"

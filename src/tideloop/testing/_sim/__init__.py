@@ -30,7 +30,10 @@ The model (what a program can observe):
   reader that stops reading pauses its writer, as over a real socket.
   ``shutdown(SHUT_WR)`` and ``close`` send a FIN (the peer reads EOF after
   the data); ``close`` with unread data sends a reset instead, as Linux
-  does; data for a closed socket is answered with a reset.
+  does; data for a closed socket is answered with a reset. As on Linux, a
+  reset leaves what arrived before it readable: then ``recv`` raises
+  ``ConnectionResetError`` once (or, after the peer's FIN, reads EOF, and
+  ``send`` raises ``BrokenPipeError``).
 - **UDP.** A datagram arrives whole (truncated to the reader's buffer, as
   ``recvfrom`` does), after its own latency, so datagrams reorder whenever
   latencies overlap (those from one socket to one address that arrive at

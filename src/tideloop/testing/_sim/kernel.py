@@ -298,7 +298,10 @@ class Kernel:
     def _check_readable(self, ep: Endpoint) -> None:
         if ep.state == "dead":
             raise error(errno.ECONNRESET, ConnectionResetError)
-        if ep.error:
+        if ep.error and not ep.inbox and not ep.eof:
+            # Linux's tcp_recvmsg: the bytes that arrived before a reset are
+            # read first, and a FIN's EOF outranks the error (which a send
+            # then reports).
             self._raise_pending_error(ep)
         if ep.state not in ("connected", "closed-by-error"):
             raise error(errno.ENOTCONN)
@@ -597,8 +600,9 @@ class Kernel:
             ep.eof = True
             self.record("fin", src.name, dst.name, f"to {ep.local}")
         elif kind == "rst" and ep.state == "connected" and not ep.closed:
-            ep.error = errno.ECONNRESET
-            ep.inbox.clear()
+            # Linux's tcp_reset: what was received stays readable; after the
+            # peer's FIN (CLOSE_WAIT) the error is EPIPE, else ECONNRESET.
+            ep.error = errno.EPIPE if ep.eof else errno.ECONNRESET
             self.record("rst", src.name, dst.name, f"to {ep.local}")
 
     def _arrive_syn(self, src: Host, dst: Host, client: Endpoint, port: int) -> None:
