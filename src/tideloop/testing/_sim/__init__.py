@@ -22,16 +22,22 @@ The model (what a program can observe):
   socket answers (the connection is in its backlog, the connecting socket
   becomes writable one latency later), or the host answers with a reset
   (``ConnectionRefusedError``). Bytes sent arrive after the link's latency,
-  in order, in the pieces they were sent in (or in smaller ones: the link's
-  *split*). A connection carries at most `WINDOW` bytes sent and not yet
+  in order and each once, in the pieces they were sent in (or in smaller
+  ones: the link's *split*), whatever order the loop runs timers due at the
+  same instant in (a schedule varies that order; see ``kernel``, "Delivery
+  order"). A connection carries at most `WINDOW` bytes sent and not yet
   read by the peer: beyond that ``send`` raises ``BlockingIOError``, so a
   reader that stops reading pauses its writer, as over a real socket.
   ``shutdown(SHUT_WR)`` and ``close`` send a FIN (the peer reads EOF after
   the data); ``close`` with unread data sends a reset instead, as Linux
-  does; data for a closed socket is answered with a reset.
+  does; data for a closed socket is answered with a reset. As on Linux, a
+  reset leaves what arrived before it readable: then ``recv`` raises
+  ``ConnectionResetError`` once (or, after the peer's FIN, reads EOF, and
+  ``send`` raises ``BrokenPipeError``).
 - **UDP.** A datagram arrives whole (truncated to the reader's buffer, as
   ``recvfrom`` does), after its own latency, so datagrams reorder whenever
-  latencies overlap; a link may lose or duplicate them (*loss*,
+  latencies overlap (those from one socket to one address that arrive at
+  the same instant arrive in the order sent); a link may lose or duplicate them (*loss*,
   *duplicate*); a partition drops them. A datagram to a port nobody bound is
   answered by "port unreachable": a connected socket then reads
   ``ConnectionRefusedError`` once, as on Linux. At most `UDP_BUFFER` bytes
@@ -53,6 +59,8 @@ The model (what a program can observe):
   latency range, a bandwidth (bytes a second: messages queue behind each
   other), UDP loss and duplication, and *split* (the probability that a TCP
   send arrives in several pieces).
+- **One loop at a time.** Messages move on the loop's timers: what is in
+  flight when that loop closes never arrives, in its run or a later one.
 - **The seed decides.** Every latency, loss, duplication and split is drawn
   from the network's generator, seeded with *seed*: with virtual time (which
   `new_event_loop` turns on with a network) the same seed gives the same

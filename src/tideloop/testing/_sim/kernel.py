@@ -24,8 +24,13 @@ Invariants:
 - A socket's endpoint is in the fd table from `register` until `close`
   (or until the socket is collected unclosed).
 - Segments of one direction of one stream connection arrive in the order
-  sent: an arrival is never scheduled before the previous one
-  (``last_arrival``).
+  sent, each once, whatever order the loop runs timers due at the same
+  time in: an arrival is never scheduled before the previous one
+  (``last_arrival``), and a timer's firing delivers the earliest segment
+  of its *flow* (see "Delivery order" below), not the one it was armed for.
+- Datagrams from one socket to one address arrive in the order of their
+  drawn arrival times, and those that arrive at the same instant in the
+  order sent: they reorder only where their latencies cross.
 - The generator is drawn from only here, in the order the program's calls
   and the arrivals happen: the same seed and the same schedule give the
   same draws.
@@ -36,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import errno
+import heapq
 import ipaddress
 import os
 import random
@@ -67,10 +73,12 @@ class Kernel:
 
     __slots__ = (
         "_by_address",
+        "_flows",
         "_held",
         "_hosts",
         "_links",
         "_rng",
+        "_sent",
         "fds",
         "log",
         "loop",
@@ -85,7 +93,12 @@ class Kernel:
         self.fds = FdTable()
         #: Segments a partition holds, in the order they were sent.
         self._held: list[tuple[Host, Host, Any]] = []
-        #: The loop served now (set by the loop side when a loop attaches).
+        #: The messages in flight on the loop's timers, by flow (only flows
+        #: with one in flight): a heap of (arrival time, send number, from,
+        #: to, segment). See "Delivery order" above `_deliver`.
+        self._flows: dict[Any, list[tuple[float, int, Host, Host, Any]]] = {}
+        self._sent = 0
+        #: The loop served now (`attach`).
         self.loop: asyncio.AbstractEventLoop | None = None
         #: What happened, in order.
         self.log: list[LogEntry] = []
@@ -113,6 +126,14 @@ class Kernel:
         """The host the running code is on (``"client"`` outside every host)."""
         host = HOST.get(None)
         return host if host is not None else self.host("client")
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve *loop* from now on (the previous one, if any, is closed)."""
+        self.loop = loop
+        # What was in flight on the closed loop's timers never arrives (those
+        # timers will not fire): its flows must not hand a new loop's timers
+        # those segments instead of their own.
+        self._flows.clear()
 
     def running_loop(self) -> asyncio.AbstractEventLoop:
         if self.loop is None:
@@ -277,7 +298,10 @@ class Kernel:
     def _check_readable(self, ep: Endpoint) -> None:
         if ep.state == "dead":
             raise error(errno.ECONNRESET, ConnectionResetError)
-        if ep.error:
+        if ep.error and not ep.inbox and not ep.eof:
+            # Linux's tcp_recvmsg: the bytes that arrived before a reset are
+            # read first, and a FIN's EOF outranks the error (which a send
+            # then reports).
             self._raise_pending_error(ep)
         if ep.state not in ("connected", "closed-by-error"):
             raise error(errno.ENOTCONN)
@@ -447,6 +471,32 @@ class Kernel:
                 self._deliver(src, dst, segment)
 
     # -- delivery ----------------------------------------------------------
+    #
+    # Delivery order. Facts: every message moves on a loop timer
+    # (``call_at``) armed for its arrival time. The loop runs timers in
+    # deadline order, but timers with *equal* deadlines in an order asyncio
+    # does not promise, and which a `Perturber` varies (it may put a timer
+    # ahead of those armed earlier for the same instant). Equal arrival times
+    # are common: a stream's arrival is raised to the previous one's
+    # (``last_arrival``) when its own latency draw is shorter, so a split
+    # send's pieces, or sends close together under jitter, often tie.
+    # What this means for us: the order of messages that must not reorder
+    # cannot come from the order their timers run in. So each message
+    # belongs to a *flow*, whose messages wait in a heap ordered by (arrival
+    # time, send number), and a timer carries only its flow: whichever of a
+    # flow's timers fires delivers the flow's earliest message. That message
+    # is due (of the k+1 timers of the flow fired so far, all due, k found a
+    # message, so one still waiting is due), each firing delivers exactly
+    # one, and a flow's messages arrive by arrival time, ties in send order.
+    # The flows:
+    # - a stream endpoint (every segment to it but a SYN: data, FIN, reset,
+    #   SYN-ACK, refusal; and a UDP socket's "unreachable"): its arrival
+    #   times never decrease, so it is a queue in send order;
+    # - a datagram socket's datagrams to one host and port: they reorder
+    #   where their drawn latencies cross, never at a tie;
+    # - a SYN is a flow of its own: SYNs from different sockets, like
+    #   messages of different flows, may arrive at the same instant in
+    #   either order (which the schedule explores).
 
     def _deliver(self, src: Host, dst: Host, segment: Any, *, force: bool = False) -> None:
         loop = self.running_loop()
@@ -475,12 +525,31 @@ class Kernel:
                 link.busy_until = at = start + len(segment[2]) / link.bandwidth
             low, high = link.latency
             at += low if low == high else self._rng.uniform(low, high)
-            if kind not in ("syn", "dgram"):
+            if kind == "syn":
+                loop.call_at(at, self._arrive, src, dst, segment)
+                continue
+            flow: Any
+            if kind == "dgram":
+                flow = (segment[4], dst, segment[1])  # (sender, host, port)
+            else:
                 # One direction of one connection is a queue: never overtake.
-                target: Endpoint = segment[1]
+                flow = target = segment[1]
                 at = max(at, target.last_arrival)
                 target.last_arrival = at
-            loop.call_at(at, self._arrive, src, dst, segment)
+            pending = self._flows.get(flow)
+            if pending is None:
+                pending = self._flows[flow] = []
+            self._sent += 1
+            heapq.heappush(pending, (at, self._sent, src, dst, segment))
+            loop.call_at(at, self._arrive_on, flow)
+
+    def _arrive_on(self, flow: Any) -> None:
+        """A timer of *flow* fired: its earliest message arrives."""
+        pending = self._flows[flow]
+        _, _, src, dst, segment = heapq.heappop(pending)
+        if not pending:
+            del self._flows[flow]
+        self._arrive(src, dst, segment)
 
     def _arrive(self, src: Host, dst: Host, segment: Any) -> None:
         kind = segment[0]
@@ -531,8 +600,9 @@ class Kernel:
             ep.eof = True
             self.record("fin", src.name, dst.name, f"to {ep.local}")
         elif kind == "rst" and ep.state == "connected" and not ep.closed:
-            ep.error = errno.ECONNRESET
-            ep.inbox.clear()
+            # Linux's tcp_reset: what was received stays readable; after the
+            # peer's FIN (CLOSE_WAIT) the error is EPIPE, else ECONNRESET.
+            ep.error = errno.EPIPE if ep.eof else errno.ECONNRESET
             self.record("rst", src.name, dst.name, f"to {ep.local}")
 
     def _arrive_syn(self, src: Host, dst: Host, client: Endpoint, port: int) -> None:

@@ -136,7 +136,7 @@ class LoopSide:
         return self._poller
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._kernel.loop = loop
+        self._kernel.attach(loop)
         if not _TASKS_SHOW_CONTEXT:
             # Python 3.11's Task does not show its context: learn each task's
             # host as it is created, through the loop's task factory.
