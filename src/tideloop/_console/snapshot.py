@@ -7,15 +7,32 @@ between two callbacks, never while one runs; it is bounded: at most
 subprocesses. Its result is JSON-ready (dicts, lists, strings, numbers),
 the same data ``--once --json`` prints.
 
-Byte counts: transports report ``bytes_in``/``bytes_out`` only if they keep
-counters (`transport_bytes` reads ``_bytes_in``/``_bytes_out`` where a
-transport has them, else None: the console shows ``-``).
+Byte counts (`transport_bytes`): for a TCP connection the kernel's own
+counts, read with ``getsockopt(TCP_INFO)`` when the snapshot is taken
+(nothing is counted per message, so an unwatched program pays nothing);
+a transport that keeps ``_bytes_in``/``_bytes_out`` counters reports
+those; anything else (Unix sockets, UDP, pipes) None: the console shows
+``-``.
+
+Facts / what this means for us: Linux's ``struct tcp_info`` has had
+``tcpi_bytes_received`` (RFC 4898's HCThruOctetsReceived: payload bytes
+received in order) at offset 128 since Linux 4.1, and ``tcpi_bytes_sent``
+and ``tcpi_bytes_retrans`` (payload bytes transmitted, and retransmitted)
+at 200 and 208 since 4.19. Bytes in are the first; bytes out are the
+second less the third: each byte the kernel put on the wire, once. (Its
+``tcpi_bytes_acked`` would count the SYN of a connection this end opened
+as one byte, and not that of one it accepted.) Bytes the kernel holds and
+has not sent yet are in neither; the buffered count says how many the
+transport still holds. An older kernel's shorter struct gives None.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
+import sys
 import time
 import warnings
 from collections import deque
@@ -50,14 +67,37 @@ SELF_WAKE_SHARE: Final = 0.9
 _ASYNCIO: Final = os.path.dirname(asyncio.__file__) + os.sep
 
 
+#: getsockopt(IPPROTO_TCP, TCP_INFO): where Linux's struct tcp_info keeps its byte counts.
+_TCP_INFO: Final = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
+_TCP_RECEIVED_AT: Final = 128  # tcpi_bytes_received (u64)
+_TCP_SENT_AT: Final = 200  # tcpi_bytes_sent, then tcpi_bytes_retrans (two u64)
+
+
 def transport_bytes(transport: object) -> tuple[int | None, int | None]:
-    """Bytes a transport received and sent, where it counts them (else None)."""
+    """Bytes a transport received and sent, where they are known (else None)."""
     received = getattr(transport, "_bytes_in", None)
     sent = getattr(transport, "_bytes_out", None)
-    return (
-        received if isinstance(received, int) else None,
-        sent if isinstance(sent, int) else None,
-    )
+    if isinstance(received, int) and isinstance(sent, int):
+        return received, sent
+    sock = getattr(transport, "_sock", None)
+    if (
+        _TCP_INFO is not None
+        and type(sock) is socket.socket
+        and sock.type == socket.SOCK_STREAM
+        and sock.family in (socket.AF_INET, socket.AF_INET6)
+    ):
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 256)
+        except OSError:  # closed meanwhile
+            return None, None
+        got = out = None
+        if len(info) >= _TCP_RECEIVED_AT + 8:
+            (got,) = struct.unpack_from("=Q", info, _TCP_RECEIVED_AT)
+        if len(info) >= _TCP_SENT_AT + 16:
+            sent, again = struct.unpack_from("=QQ", info, _TCP_SENT_AT)
+            out = sent - again
+        return got, out
+    return None, None
 
 
 def _writing_paused(transport: object) -> bool | None:
