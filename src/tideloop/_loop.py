@@ -193,6 +193,9 @@ class _View:
     def tasks(self) -> set[asyncio.Task[Any]]:
         return {t for t in asyncio.all_tasks(self._get()) if not t.done()}
 
+    def waker_fd(self) -> int:
+        return self._get()._waker.fileno()
+
     def watched_fds(self) -> set[int]:
         loop = self._get()
         fds = loop._fds

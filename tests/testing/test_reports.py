@@ -30,14 +30,21 @@ TIMING = REAL_THREAD_TIMING | {"thread_event_under_virtual_time"}
 
 
 def _found(planted: Planted, *, wakeups: bool = False) -> Tape:
-    found = testing.explore(
-        planted.race,
-        schedules=300,
-        virtual_time=planted.virtual_time,
-        name=planted.name,
-        wakeups=wakeups,
-    )
-    assert found.tape is not None, planted.name
+    # A race against a real thread on the real clock can lose without any
+    # deviation when the machine is busy (the thread really took longer than
+    # the 5 ms timer): the unperturbed run then fails. That is the race
+    # showing itself, not what is tested here: explore again (at most twice).
+    for _ in range(3):
+        found = testing.explore(
+            planted.race,
+            schedules=300,
+            virtual_time=planted.virtual_time,
+            name=planted.name,
+            wakeups=wakeups,
+        )
+        assert found.tape is not None, planted.name
+        if found.tape.deviations or planted.name not in REAL_THREAD_TIMING:
+            break
     return found.tape
 
 
@@ -88,7 +95,9 @@ def test_an_executor_job_is_named_by_its_function_and_the_line_that_submitted_it
     words = tape.words()
     assert re.search(
         r"timing: .* needs `_refresh_token` \(scenarios/races\.py:\d+\) to take more than "
-        r"[\d.]+ ms: the timer send_request \(for 50 ms\) at scenarios/races\.py:\d+ "
+        # The delay is measured on the real clock when the timer is armed:
+        # 50 ms, or a hair less on a busy machine.
+        r"[\d.]+ ms: the timer send_request \(for (50|49\.\d) ms\) at scenarios/races\.py:\d+ "
         r"`loop\.call_later\(0\.05, send_request\)`",
         words,
     ), words

@@ -71,7 +71,6 @@
 
 static PyTypeObject *HandleType = NULL;        /* tideloop._core.handles.Handle */
 static PyTypeObject *AsyncioHandleType = NULL; /* asyncio.Handle */
-static PyTypeObject *CountersType = NULL;      /* tideloop._core.metrics.Counters */
 static PyObject *error_context = NULL;         /* errors.callback_error_context */
 static PyObject *thread_count = NULL;          /* _thread._count */
 static PyObject *monotonic = NULL;             /* time.monotonic */
@@ -87,8 +86,6 @@ static Py_ssize_t off_context, off_loop, off_callback, off_args, off_cancelled, 
     off_source_traceback;
 /* Offsets of asyncio.TimerHandle's own slots. */
 static Py_ssize_t off_when;
-/* Offsets of Counters' slots. */
-static Py_ssize_t off_mark, off_seq, off_poll_start, off_idle_time, off_iterations, off_callbacks;
 
 /* Interned attribute names. */
 static PyObject *s_context, *s_call_exception_handler, *s_call_soon_debug, *s_run_ready_timed,
@@ -336,6 +333,105 @@ static PyTypeObject ReadyQueueType = {
 };
 
 /* ------------------------------------------------------------------ */
+/* Counters: metrics.Counters with C numbers                            */
+
+/* metrics.Counters' fields, the same names, as C numbers: the iteration
+ * writes them without making a float or an int per write. Python code
+ * (metrics(), the timer queue's lag accounting, run_forever's setup)
+ * reads and writes them as attributes, as it does the pure class's.
+ * metrics.py makes these when the native core runs (native.py says so). */
+typedef struct {
+    PyObject_HEAD
+    long long seq, iterations, callbacks, slow_callbacks;
+    double run_time, run_start, idle_time, poll_start, mark, max_lag, lag_sum;
+    PyObject *lag_counts; /* a list, len(LAG_BOUNDS) + 1 ints */
+} Counters;
+
+static PyTypeObject CountersNativeType;
+static Py_ssize_t lag_buckets = 0; /* len(LAG_BOUNDS) + 1, set by configure() */
+
+static PyObject *
+counters_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Counters() takes no arguments");
+        return NULL;
+    }
+    Counters *self = (Counters *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->lag_counts = PyList_New(lag_buckets);
+    if (self->lag_counts == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < lag_buckets; i++) {
+        PyList_SET_ITEM(self->lag_counts, i, PyLong_FromLong(0)); /* a cached small int */
+    }
+    return (PyObject *)self;
+}
+
+static int
+counters_traverse(Counters *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lag_counts);
+    return 0;
+}
+
+static int
+counters_clear(Counters *self)
+{
+    Py_CLEAR(self->lag_counts);
+    return 0;
+}
+
+static void
+counters_dealloc(Counters *self)
+{
+    PyObject_GC_UnTrack(self);
+    counters_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define TL_T_LONGLONG Py_T_LONGLONG
+#define TL_T_DOUBLE Py_T_DOUBLE
+#else
+#define TL_T_LONGLONG T_LONGLONG
+#define TL_T_DOUBLE T_DOUBLE
+#endif
+
+static PyMemberDef counters_members[] = {
+    {"seq", TL_T_LONGLONG, offsetof(Counters, seq), 0, NULL},
+    {"iterations", TL_T_LONGLONG, offsetof(Counters, iterations), 0, NULL},
+    {"callbacks", TL_T_LONGLONG, offsetof(Counters, callbacks), 0, NULL},
+    {"slow_callbacks", TL_T_LONGLONG, offsetof(Counters, slow_callbacks), 0, NULL},
+    {"run_time", TL_T_DOUBLE, offsetof(Counters, run_time), 0, NULL},
+    {"run_start", TL_T_DOUBLE, offsetof(Counters, run_start), 0, NULL},
+    {"idle_time", TL_T_DOUBLE, offsetof(Counters, idle_time), 0, NULL},
+    {"poll_start", TL_T_DOUBLE, offsetof(Counters, poll_start), 0, NULL},
+    {"mark", TL_T_DOUBLE, offsetof(Counters, mark), 0, NULL},
+    {"max_lag", TL_T_DOUBLE, offsetof(Counters, max_lag), 0, NULL},
+    {"lag_sum", TL_T_DOUBLE, offsetof(Counters, lag_sum), 0, NULL},
+    {"lag_counts", TL_T_OBJECT_EX, offsetof(Counters, lag_counts), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject CountersNativeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tideloop._core._native.Counters",
+    .tp_basicsize = sizeof(Counters),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The loop's running totals (metrics.Counters), as C numbers.",
+    .tp_new = counters_new,
+    .tp_dealloc = (destructor)counters_dealloc,
+    .tp_traverse = (traverseproc)counters_traverse,
+    .tp_clear = (inquiry)counters_clear,
+    .tp_members = counters_members,
+};
+
+/* ------------------------------------------------------------------ */
 /* Core                                                                 */
 
 typedef struct {
@@ -346,7 +442,7 @@ typedef struct {
     char closed;                 /* _closed */
     char stopping;               /* _stopping */
     PyObject *timers;            /* _timers: TimerQueue */
-    PyObject *counters;          /* _counters: Counters */
+    PyObject *counters;          /* _counters: a Counters of this module's */
     PyObject *instruments;       /* _instruments: Instruments */
     PyObject *clock_wait;        /* _clock_wait: None or wait(poll, timeout) */
     PyObject *poll;              /* _poll */
@@ -887,66 +983,15 @@ real_time(void)
 static int
 counters_ok(Core *self)
 {
-    if (self->counters == NULL || Py_TYPE(self->counters) != CountersType) {
-        PyErr_SetString(PyExc_RuntimeError, "the native core needs the loop's Counters");
+    if (self->counters == NULL || Py_TYPE(self->counters) != &CountersNativeType) {
+        PyErr_SetString(PyExc_RuntimeError, "the native core needs its own Counters");
         return -1;
     }
     return 0;
 }
 
-static int
-slot_set_double(PyObject *obj, Py_ssize_t off, double value)
-{
-    PyObject *v = PyFloat_FromDouble(value);
-    if (v == NULL) {
-        return -1;
-    }
-    Py_XSETREF(SLOT(obj, off), v);
-    return 0;
-}
-
-static int
-slot_get_double(PyObject *obj, Py_ssize_t off, double *out)
-{
-    PyObject *v = SLOT(obj, off);
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "a Counters field is unset");
-        return -1;
-    }
-    *out = PyFloat_AsDouble(v);
-    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int
-slot_add_int(PyObject *obj, Py_ssize_t off, long long delta)
-{
-    PyObject *v = SLOT(obj, off);
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "a Counters field is unset");
-        return -1;
-    }
-    PyObject *d = PyLong_FromLongLong(delta);
-    if (d == NULL) {
-        return -1;
-    }
-    PyObject *sum = PyNumber_Add(v, d);
-    Py_DECREF(d);
-    if (sum == NULL) {
-        return -1;
-    }
-    Py_XSETREF(SLOT(obj, off), sum);
-    return 0;
-}
-
-static int
-slot_add_double(PyObject *obj, Py_ssize_t off, double delta)
-{
-    double v;
-    if (slot_get_double(obj, off, &v) < 0) {
-        return -1;
-    }
-    return slot_set_double(obj, off, v + delta);
-}
+/* The loop's counters (counters_ok() checked the type). */
+#define CNT(self) ((Counters *)(self)->counters)
 
 /* Is the phase that just ended slow? Calls self._slow_phase() if so. */
 static int
@@ -1521,7 +1566,6 @@ run_once(Core *self)
         return -1;
     }
     PyObject *timers = self->timers;
-    PyObject *counters = self->counters;
     PyObject *deadline = NULL; /* owned, or NULL for none */
     PyObject *events = NULL;
     int rc = -1;
@@ -1636,10 +1680,11 @@ run_once(Core *self)
     if (!block_forever && timeout == 0.0 && wait == Py_None) {
         /* A poll that cannot block counts as busy time. */
         t = real_time();
-        if (slot_get_double(counters, off_mark, &mark) < 0 || check_slow_phase(self, t, mark) < 0 ||
-            slot_set_double(counters, off_mark, t) < 0) {
+        mark = CNT(self)->mark;
+        if (check_slow_phase(self, t, mark) < 0) {
             goto done;
         }
+        CNT(self)->mark = t;
         /* Facts (Scheduler._run_once): a zero-timeout poll with only the
          * waker registered reports nothing the ready queue does not show;
          * it is skipped while no other thread exists. */
@@ -1685,14 +1730,15 @@ run_once(Core *self)
     }
     else {
         /* A poll that may block is idle time, recorded inside seq windows. */
-        if (slot_add_int(counters, off_seq, 1) < 0) {
-            goto done;
-        }
+        CNT(self)->seq += 1;
         t = real_time();
-        if (slot_get_double(counters, off_mark, &mark) < 0 || check_slow_phase(self, t, mark) < 0 ||
-            slot_set_double(counters, off_poll_start, t) < 0 || slot_add_int(counters, off_seq, 1) < 0) {
+        mark = CNT(self)->mark;
+        if (check_slow_phase(self, t, mark) < 0) {
+            CNT(self)->seq += 1; /* close the window: nothing was recorded in it */
             goto done;
         }
+        CNT(self)->poll_start = t;
+        CNT(self)->seq += 1;
         if (raw_ep != NULL) {
 #ifdef TL_EPOLL
             nraw = raw_poll(self, raw_ep, block_forever, timeout);
@@ -1718,21 +1764,14 @@ run_once(Core *self)
                 goto done;
             }
         }
-        if (slot_add_int(counters, off_seq, 1) < 0) {
-            goto done;
-        }
+        CNT(self)->seq += 1;
         t = real_time();
-        double poll_start;
-        if (slot_set_double(counters, off_mark, t) < 0 ||
-            slot_get_double(counters, off_poll_start, &poll_start) < 0 ||
-            slot_add_double(counters, off_idle_time, t - poll_start) < 0 ||
-            slot_set_double(counters, off_poll_start, 0.0) < 0 || slot_add_int(counters, off_seq, 1) < 0) {
-            goto done;
-        }
+        CNT(self)->mark = t;
+        CNT(self)->idle_time += t - CNT(self)->poll_start;
+        CNT(self)->poll_start = 0.0;
+        CNT(self)->seq += 1;
     }
-    if (slot_add_int(counters, off_iterations, 1) < 0) {
-        goto done;
-    }
+    CNT(self)->iterations += 1;
 #ifdef TL_EPOLL
     if (nraw > 0 && raw_dispatch(self, nraw) < 0) {
         goto done;
@@ -1848,9 +1887,7 @@ run_once(Core *self)
             }
             skipped += r;
         }
-        if (slot_add_int(counters, off_callbacks, (long long)(ntodo - skipped)) < 0) {
-            goto done;
-        }
+        CNT(self)->callbacks += (long long)(ntodo - skipped);
     }
     rc = 0;
 done:
@@ -2020,13 +2057,13 @@ static PyObject *
 native_configure(PyObject *module, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"handle",        "asyncio_handle", "timer_handle",
-                             "asyncio_timer", "counters",       "error_context",
+                             "asyncio_timer", "lag_buckets",    "error_context",
                              "sleep_callback", "far_delay",     NULL};
-    PyObject *handle, *asyncio_handle, *timer, *asyncio_timer, *counters, *errctx, *sleep_cb,
+    PyObject *handle, *asyncio_handle, *timer, *asyncio_timer, *errctx, *sleep_cb,
         *far;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!OOO!:configure", kwlist, &PyType_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!nOOO!:configure", kwlist, &PyType_Type,
                                      &handle, &PyType_Type, &asyncio_handle, &PyType_Type, &timer,
-                                     &PyType_Type, &asyncio_timer, &PyType_Type, &counters, &errctx,
+                                     &PyType_Type, &asyncio_timer, &lag_buckets, &errctx,
                                      &sleep_cb, &PyFloat_Type, &far)) {
         return NULL;
     }
@@ -2047,16 +2084,14 @@ native_configure(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     }
     PyTypeObject *ah = (PyTypeObject *)asyncio_handle;
-    PyTypeObject *ct = (PyTypeObject *)counters;
+    if (lag_buckets < 1) {
+        PyErr_SetString(PyExc_ValueError, "lag_buckets must be positive");
+        return NULL;
+    }
     if (slot_offset(ah, "_context", &off_context) < 0 || slot_offset(ah, "_loop", &off_loop) < 0 ||
         slot_offset(ah, "_callback", &off_callback) < 0 || slot_offset(ah, "_args", &off_args) < 0 ||
         slot_offset(ah, "_cancelled", &off_cancelled) < 0 || slot_offset(ah, "_repr", &off_repr) < 0 ||
-        slot_offset(ah, "_source_traceback", &off_source_traceback) < 0 ||
-        slot_offset(ct, "mark", &off_mark) < 0 || slot_offset(ct, "seq", &off_seq) < 0 ||
-        slot_offset(ct, "poll_start", &off_poll_start) < 0 ||
-        slot_offset(ct, "idle_time", &off_idle_time) < 0 ||
-        slot_offset(ct, "iterations", &off_iterations) < 0 ||
-        slot_offset(ct, "callbacks", &off_callbacks) < 0) {
+        slot_offset(ah, "_source_traceback", &off_source_traceback) < 0) {
         return NULL;
     }
     /* The handle class must add no slots of its own that we would leave
@@ -2067,7 +2102,6 @@ native_configure(PyObject *module, PyObject *args, PyObject *kwds)
     }
     Py_XSETREF(HandleType, (PyTypeObject *)Py_NewRef(handle));
     Py_XSETREF(AsyncioHandleType, (PyTypeObject *)Py_NewRef(asyncio_handle));
-    Py_XSETREF(CountersType, (PyTypeObject *)Py_NewRef(counters));
     Py_XSETREF(error_context, Py_NewRef(errctx));
     Py_XSETREF(TimerHandleType, (PyTypeObject *)Py_NewRef(timer));
     Py_XSETREF(sleep_callback, Py_NewRef(sleep_cb));
@@ -2118,7 +2152,7 @@ native_set_twin(PyObject *module, PyObject *args)
 
 static PyMethodDef native_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))native_configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(handle, asyncio_handle, timer_handle, asyncio_timer, counters, error_context, "
+     "configure(handle, asyncio_handle, timer_handle, asyncio_timer, lag_buckets, error_context, "
      "sleep_callback, far_delay): the Python classes the hot paths build and write."},
     {"set_twin", (PyCFunction)native_set_twin, METH_VARARGS,
      "set_twin(function, twin): a handle whose callback is a bound method of function, "
@@ -2195,11 +2229,13 @@ native_exec(PyObject *module)
     if (monotonic == NULL) {
         return -1;
     }
-    if (PyType_Ready(&ReadyQueueType) < 0 || PyType_Ready(&CoreType) < 0) {
+    if (PyType_Ready(&ReadyQueueType) < 0 || PyType_Ready(&CoreType) < 0 ||
+        PyType_Ready(&CountersNativeType) < 0) {
         return -1;
     }
     if (PyModule_AddObjectRef(module, "ReadyQueue", (PyObject *)&ReadyQueueType) < 0 ||
-        PyModule_AddObjectRef(module, "Core", (PyObject *)&CoreType) < 0) {
+        PyModule_AddObjectRef(module, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddObjectRef(module, "Counters", (PyObject *)&CountersNativeType) < 0) {
         return -1;
     }
     return 0;

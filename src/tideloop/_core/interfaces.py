@@ -269,6 +269,10 @@ class LoopView(Protocol):
         """The loop's tasks that are not done."""
         ...
 
+    def waker_fd(self) -> int:
+        """The fd of the loop's waker (other threads' way to wake it)."""
+        ...
+
     def watched_fds(self) -> set[int]:
         """Registered fds that some event outside the loop may make ready:
         every reader's and writer's but the loop's own waker and signal pipe."""

@@ -181,6 +181,16 @@ class Counters:
         self.slow_callbacks = 0
 
 
+#: What makes a loop's `Counters`: the class above, or where the native core
+#: runs its twin with the same fields as C numbers (``native.py`` sets it).
+counters_factory: Callable[[], Counters] = Counters
+
+
+def new_counters() -> Counters:
+    """A fresh set of counters, of the kind the running core writes."""
+    return counters_factory()
+
+
 class SlowCallback(NamedTuple):
     """What a slow-callback hook receives (``loop.set_slow_callback_hook``)."""
 
@@ -285,7 +295,7 @@ class Instruments:
     )
 
     def __init__(self) -> None:
-        self.counters = Counters()
+        self.counters = new_counters()
         self.detailed = False
         self.slow_hook: SlowCallbackHook | None = None
         self.slow_hook_threshold = 0.1

@@ -50,11 +50,14 @@ def _load() -> tuple[ModuleType | None, str | None]:
         asyncio_handle=asyncio.Handle,
         timer_handle=handles.TimerHandle,
         asyncio_timer=asyncio.TimerHandle,
-        counters=metrics.Counters,
+        lag_buckets=len(metrics.LAG_BOUNDS) + 1,
         error_context=errors.callback_error_context,
         sleep_callback=_sleep_callback,
         far_delay=timers.FAR_DELAY,
     )
+    # The loop's counters are the native core's (C numbers the iteration
+    # writes without a float or an int per write).
+    metrics.counters_factory = _native.Counters
     return _native, None
 
 

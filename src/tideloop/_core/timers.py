@@ -84,7 +84,7 @@ from typing import Final
 
 from .handles import ReadyQueue, TimerHandle
 from .interfaces import TimerTie
-from .metrics import LAG_BOUNDS, Counters
+from .metrics import LAG_BOUNDS, Counters, new_counters
 
 #: asyncio's compaction thresholds (base_events._MIN_SCHEDULED_TIMER_HANDLES, ...).
 MIN_SCHEDULED_FOR_COMPACTION: Final = 100
@@ -134,7 +134,7 @@ class TimerQueue:
         self.size = 0
         self.cancelled = 0
         self._tie = tie
-        self._counters = Counters() if counters is None else counters
+        self._counters = new_counters() if counters is None else counters
         self._far: dict[float, list[TimerHandle]] = {}
         self._slots: list[float] = []
         self._mark_at = inf

@@ -11,7 +11,9 @@ failing schedule is *classified* from its deviations alone:
   at the same instant): the race needs no duration, and a fast machine
   hits it as well as a slow one;
 - **timing**: it holds a thread's result (an executor job's, a
-  ``call_soon_threadsafe`` from a thread) behind timer firings: it needs
+  ``call_soon_threadsafe`` from a thread) behind timer firings, or defers
+  the readiness of the loop's own waker or signal pipe (what tells the loop
+  that a thread's result or a signal arrived): it needs
   that operation to take longer than a timer's delay ("needs
   `q.sync_q.join` (test_x.py:285) to take more than 100 ms: the 100 ms
   timeout of asyncio.wait_for at test_x.py:285 fires first"). Such a test
@@ -270,6 +272,19 @@ def _timing_reason(d: dict[str, Any] | None, decision: Decision) -> str:
     return f"needs {what} to take more than {seconds(duration)} to {call}: {fires}"
 
 
+def _own_fd(decision: Decision) -> bool:
+    """A deferred readiness of the loop's own waker or signal pipe?"""
+    return decision.point[0] == "fd" and bool((decision.detail or {}).get("own"))
+
+
+def _own_fd_reason(decision: Decision) -> str:
+    polls = (decision.detail or {}).get("deferred", decision.value)
+    return (
+        f"needs a thread's call_soon_threadsafe (or a signal) to reach the loop {polls} "
+        "poll(s) later: a thread that takes that long"
+    )
+
+
 def classify(deviations: Iterable[Decision]) -> Verdict:
     """The kind of a failing schedule, decided from its deviations alone."""
     devs = list(deviations)
@@ -287,9 +302,9 @@ def classify(deviations: Iterable[Decision]) -> Verdict:
             "now; the program is right as it is, but one more await in it or in a library "
             "it calls makes this failure possible",
         )
-    held = [d for d in devs if d.point[0] in ("job", "thread")]
+    held = [d for d in devs if d.point[0] in ("job", "thread") or _own_fd(d)]
     if held:
-        reasons = [_timing_reason(d.detail, d) for d in held]
+        reasons = [_own_fd_reason(d) if _own_fd(d) else _timing_reason(d.detail, d) for d in held]
         others = len(devs) - len(held)
         tail = f" (and {others} reordering(s) that need no duration)" if others else ""
         return Verdict(

@@ -26,7 +26,9 @@ these, and nothing else:
    (higher first). Fds of one poll are otherwise dispatched in the order
    they first became ready; an fd's reader still goes before its writer.
    An fd is an open file (checked with ``fstat`` at each readiness): a
-   number closed and reused by a new socket is a new fd.
+   number closed and reused by a new socket is a new fd. The loop's own
+   waker keeps an identity but is never deferred: what it reports (other
+   threads' handles, executor results) is held by points of its own (3.).
 2. **Timers with equal deadlines** (``("tie", loop, i)``): a timer pushed
    onto a deadline that already has n timers goes ahead of v of them (0:
    last, scheduling order). Timers with different deadlines still run in
@@ -241,6 +243,7 @@ class Perturber:
         "_ties",
         "_view",
         "_wake_weights",
+        "_waker",
         "deferrals",
         "holds",
         "log",
@@ -315,6 +318,8 @@ class Perturber:
         self._fd_ids: dict[int, int] = {}
         self._fd_files: dict[int, tuple[int, int]] = {}
         self._fd_count = 0
+        #: The loop's waker fd (`bind`): its readiness is never a decision.
+        self._waker = -1
         self._fd_nth: dict[int, int] = {}
         self._fd_words: dict[int, str] = {}
         #: fd -> iterations it is still to be deferred (only fds being deferred).
@@ -363,6 +368,7 @@ class Perturber:
 
     def bind(self, view: LoopView) -> None:
         self._view = view
+        self._waker = view.waker_fd()
         recording = self.log.recording
         if recording is not None:
             self._rec = recording.loop(self._loop_no, view)
@@ -765,6 +771,13 @@ class Perturber:
                 self._fd_words[fd] = _describe_fd(fd)
             k = self._fd_nth.get(fd, 0)
             self._fd_nth[fd] = k + 1
+            if fd == self._waker:
+                # The loop's waker: what it reports (other threads' handles,
+                # executor results) is held and reordered by points of its
+                # own (3. above), by thread and job. Deferring the waker
+                # would hold all of them at once, a duration no point names.
+                batch.append((0, ident, event))
+                continue
             n = 1 + self._max_defer
             weights: list[float] = list(self._defer_weights)
             if several:
@@ -795,6 +808,13 @@ class Perturber:
         else:
             out["priority"] = v - self._max_defer
         out.update(fd_words(self._view, fd))
+        view = self._view
+        if view is not None and any(view.fd_handles(fd)) and fd not in view.watched_fds():
+            # The loop's own waker or signal pipe: its readiness is a
+            # thread's call_soon_threadsafe (or a signal) reaching the loop,
+            # so deferring it holds that thread's news: a duration, not an
+            # order (`_report.classify`).
+            out["own"] = True
         return out
 
     def _fd_words_for(self, fd: int, k: int) -> Callable[[int], str]:
