@@ -63,6 +63,8 @@ from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
 from ._explore import Exploration, Tape, diff, explore, replay, shrink
+from ._history import UNKNOWN, History, Op
+from ._linearizable import Counterexample, Linearizability, NotLinearizable, check_linearizable
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._sim import SimNetwork, SimSocket
@@ -72,10 +74,16 @@ from ._world import EPOCH, NondeterminismError, check_determinism, seeded_global
 
 __all__ = [
     "EPOCH",
+    "UNKNOWN",
+    "Counterexample",
     "Deadlock",
     "DecisionLog",
     "Exploration",
+    "History",
+    "Linearizability",
     "NondeterminismError",
+    "NotLinearizable",
+    "Op",
     "PCTStrategy",
     "Perturber",
     "PropertyViolation",
@@ -89,6 +97,7 @@ __all__ = [
     "allow_tideloop",
     "always",
     "check_determinism",
+    "check_linearizable",
     "current_clock",
     "diff",
     "eventually",
