@@ -67,6 +67,7 @@ from ._history import UNKNOWN, History, Op
 from ._linearizable import Counterexample, Linearizability, NotLinearizable, check_linearizable
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
+from ._serializable import Anomaly, NotSerializable, Serializability, check_serializable
 from ._sim import SimNetwork, SimSocket
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
 from ._supervisor import VirtualTimeWatch
@@ -75,6 +76,7 @@ from ._world import EPOCH, NondeterminismError, check_determinism, seeded_global
 __all__ = [
     "EPOCH",
     "UNKNOWN",
+    "Anomaly",
     "Counterexample",
     "Deadlock",
     "DecisionLog",
@@ -83,12 +85,14 @@ __all__ = [
     "Linearizability",
     "NondeterminismError",
     "NotLinearizable",
+    "NotSerializable",
     "Op",
     "PCTStrategy",
     "Perturber",
     "PropertyViolation",
     "RandomStrategy",
     "ReplayStrategy",
+    "Serializability",
     "SimNetwork",
     "SimSocket",
     "Strategy",
@@ -98,6 +102,7 @@ __all__ = [
     "always",
     "check_determinism",
     "check_linearizable",
+    "check_serializable",
     "current_clock",
     "diff",
     "eventually",
