@@ -65,6 +65,7 @@ from ._deadlock import Deadlock
 from ._explore import Exploration, Tape, diff, explore, replay, shrink
 from ._history import UNKNOWN, History, Op
 from ._linearizable import Counterexample, Linearizability, NotLinearizable, check_linearizable
+from ._liveness import Livelock, leads_to, progress, watch_livelocks
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._serializable import Anomaly, NotSerializable, Serializability, check_serializable
@@ -83,6 +84,7 @@ __all__ = [
     "Exploration",
     "History",
     "Linearizability",
+    "Livelock",
     "NondeterminismError",
     "NotLinearizable",
     "NotSerializable",
@@ -107,7 +109,9 @@ __all__ = [
     "diff",
     "eventually",
     "explore",
+    "leads_to",
     "new_event_loop",
+    "progress",
     "replay",
     "run",
     "seeded_globals",
@@ -127,6 +131,7 @@ def new_event_loop(
     network: SimNetwork | None = None,
     strategy: Strategy | DecisionLog | None = None,
     wakeups: bool = False,
+    livelock_after: float | None = None,
 ) -> Loop:
     """A tideloop loop for tests (usable as asyncio's ``loop_factory``).
 
@@ -145,7 +150,12 @@ def new_event_loop(
     thread, real fd or signal) can wake them raises `Deadlock` out of the
     loop, naming what each task awaits, instead of hanging; and the clock
     does not jump while a thread of the program's looks busy (`ThreadWatch`).
+    *livelock_after*: seconds of loop time in which tasks keep stepping
+    without reaching a `progress` point that make the loop raise `Livelock`
+    (see ``tideloop.testing._liveness``); None: not watched.
     """
+    if livelock_after is not None and not livelock_after > 0:
+        raise ValueError(f"livelock_after must be > 0 seconds, not {livelock_after!r}")
     if virtual_time is None:
         virtual_time = network is not None
     clock: VirtualClock | None
@@ -168,9 +178,12 @@ def new_event_loop(
     # every task's await stack, instead of hanging, and the clock does not
     # jump while a thread of the program's is busy.
     supervisor = None if clock is None else VirtualTimeWatch(network)
-    return Loop(
+    loop = Loop(
         poller=poller, clock=clock, schedule=schedule, network=network, supervisor=supervisor
     )
+    if livelock_after is not None:
+        watch_livelocks(loop, livelock_after)
+    return loop
 
 
 def run(
@@ -183,6 +196,7 @@ def run(
     network: SimNetwork | None = None,
     strategy: Strategy | DecisionLog | None = None,
     wakeups: bool = False,
+    livelock_after: float | None = None,
 ) -> _T:
     """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
 
@@ -203,6 +217,7 @@ def run(
         network=network,
         strategy=strategy,
         wakeups=wakeups,
+        livelock_after=livelock_after,
     )
     seeded: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if network is not None and network.seed_globals:

@@ -150,6 +150,10 @@ class SimNetwork:
         """The host the running code is on (``"client"`` outside every host)."""
         return self._kernel.current_host()
 
+    def host_of(self, task: asyncio.Task[Any]) -> Host | None:
+        """The host *task* runs on (None: no host's, outside every `spawn`)."""
+        return self._side.host_of(task)
+
     def spawn(self, host: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Start *coro* as a task on *host*: its sockets, and its tasks', are that host's."""
         loop = self._kernel.running_loop()
