@@ -96,10 +96,11 @@ class Op:
             return f"{self.name}({', '.join(map(repr, self.arg))})"
         return f"{self.name}({self.arg!r})"
 
-    def words(self) -> str:
-        """The operation in a line: client, call, outcome and times."""
+    def words(self, *, returns: bool = False) -> str:
+        """The operation in a line: client, call, outcome and times. A result
+        of None reads as ``ok`` unless *returns* (a read that returned None)."""
         if self.status == "ok":
-            outcome = "ok" if self.result is None else f"-> {self.result!r}"
+            outcome = "ok" if self.result is None and not returns else f"-> {self.result!r}"
         elif self.status == "fail":
             outcome = "failed"
         else:

@@ -365,6 +365,8 @@ class Counterexample:
     #: Operations among *ops* not needed for the violation but where the
     #: stuck operation's result came from (the write a stale read read).
     sources: list[Op] = field(default_factory=list)
+    #: The read-only operations among *ops* (their None results are shown).
+    reads: list[Op] = field(default_factory=list)
 
     def precedence(self) -> list[tuple[Op, Op]]:
         """Real-time order among *ops*: (a, b) when a completed before b was
@@ -399,7 +401,7 @@ class Counterexample:
                 note = " [in flight at the violation: may or may not have taken effect]"
             elif op in self.sources:
                 note = " [not needed for the violation: where a result came from]"
-            lines.append("  " + op.words() + note)
+            lines.append("  " + op.words(returns=op in self.reads) + note)
         order = self.precedence()
         if order:
             lines.append(
@@ -419,7 +421,12 @@ class Counterexample:
             end = self.stuck.completed_at
             lines.append(
                 f"{before}{self.stuck.call()}"
-                + (f" -> {self.stuck.result!r}" if self.stuck.result not in (None, UNKNOWN) else "")
+                + (
+                    f" -> {self.stuck.result!r}"
+                    if self.stuck.result is not UNKNOWN
+                    and (self.stuck.result is not None or self.stuck in self.reads)
+                    else ""
+                )
                 + f" must take effect before it completed at {end:.6g}, and cannot"
             )
         return "\n".join(lines)
@@ -628,6 +635,7 @@ def _counterexample(
         cut_ops=len(cut),
         in_flight=[ops[i] for i in keep if i in in_flight],
         sources=[ops[i] for i in sources],
+        reads=[ops[i] for i in keep if _read_only(model, ops[i])],
     )
 
 
