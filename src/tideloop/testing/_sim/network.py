@@ -13,10 +13,11 @@ simulation's parts once and holds them:
   says which fds are simulated (`is_simulated`).
 
 Its own methods are the test API: hosts (`host`, `address`,
-`current_host`), tasks on hosts (`spawn`), links (`set_link`,
+`current_host`, `host_of`), tasks on hosts (`spawn`), links (`set_link`,
 `set_latency`), faults (`partition`, `heal`, `reset`, `crash`,
-`restart`) and the fault points of a test's own code (`sometimes_fires`,
-behind ``tideloop.testing.sometimes``). What each means to a program is
+`restart`), the fault points of a test's own code (`sometimes_fires`,
+behind ``tideloop.testing.sometimes``), and each host's wall clock
+(`set_clock`, `wall_time`: ``clocks``). What each means to a program is
 the model in the package docstring (``tideloop.testing._sim``).
 
 Invariants:
@@ -39,6 +40,7 @@ from typing import Any, Literal
 
 from tideloop._pollers import Poller
 
+from .clocks import EPOCH, HostClocks
 from .endpoints import Host
 from .kernel import HOST, Kernel, LogEntry
 from .links import DEFAULT_LATENCY, Link, Links, Pair
@@ -95,6 +97,7 @@ class SimNetwork:
         self._links = Links(default)
         self._kernel = Kernel(random.Random(seed), self._links)
         self._side = LoopSide(self._kernel, real)
+        self._clocks = HostClocks()
 
     @property
     def real(self) -> Literal["refuse", "allow"]:
@@ -164,6 +167,34 @@ class SimNetwork:
         context = contextvars.copy_context()
         context.run(HOST.set, h)
         return loop.create_task(coro, context=context)
+
+    # -- clocks ------------------------------------------------------------
+
+    def set_clock(
+        self, host: str, *, offset: float | None = None, drift: float | None = None
+    ) -> None:
+        """Set the wall clock code on *host* reads (``time.time()``,
+        ``datetime.now()``): *offset* seconds ahead of the loop's clock now
+        (negative: behind; not given: where it is, so it does not jump), and
+        from now on gaining *drift* seconds a second (0.01: 1% fast; not
+        given: unchanged). The loop's time, its timers and ``time.monotonic()``
+        stay the same on every host (see ``clocks``)."""
+        self._kernel.host(host)
+        now = self._now()
+        offset, drift = self._clocks.set(host, now, offset=offset, drift=drift)
+        self._kernel.record("clock", host, host, f"offset={offset:+g} drift={drift:+g}")
+
+    def wall_time(self, host: str | None = None, *, now: float | None = None) -> float:
+        """The wall-clock time on *host* (None: the host the running code is
+        on), in seconds since the Unix epoch, at loop time *now* (None: the
+        loop's time now)."""
+        name = self._kernel.current_host().name if host is None else host
+        at = self._now() if now is None else now
+        return EPOCH + at + self._clocks.offset(name, at)
+
+    def _now(self) -> float:
+        loop = self._kernel.loop
+        return loop.time() if loop is not None else 0.0
 
     # -- faults ------------------------------------------------------------
 
