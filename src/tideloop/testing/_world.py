@@ -19,7 +19,9 @@ fixture apply):
   loop's time on every host. Every caller sees them, threads included
   (a thread or executor job runs on the host that started it). tideloop's
   own code bound the real functions at import and keeps real time where it
-  needs it.
+  needs it;
+- once the network has a mount (``SimNetwork.mount``), ``open`` and ``os``'s
+  file calls reach the simulated disks for paths under it (``_files``).
 
 `sometimes` is a fault point a test puts in its own code (FoundationDB's
 "buggify"): in a simulated run each call site is enabled on about half of
@@ -49,7 +51,7 @@ from typing import Any, Final
 
 from tideloop._loop import Loop
 
-from . import _wallclock
+from . import _files, _wallclock
 from ._patching import Patches
 from ._sim import SimNetwork
 from ._sim.clocks import EPOCH
@@ -96,6 +98,17 @@ def seeded_globals(
         patch(time, "monotonic_ns", lambda: int(loop_time() * 1e9))
         # time.time(), datetime: each host's wall clock; hosts carried into threads.
         _wallclock.install(more, net, loop_time)
+        # open() and os's file calls: the disks, once something is mounted.
+        installed: list[bool] = []
+
+        def mounted() -> None:
+            if not installed:
+                installed.append(True)
+                _files.install(more, net)
+
+        if net.disks:
+            mounted()
+        more.on_undo(net.disks.when_mounted(mounted))
         yield
     finally:
         more.undo()

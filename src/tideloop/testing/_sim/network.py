@@ -16,8 +16,9 @@ Its own methods are the test API: hosts (`host`, `address`,
 `current_host`, `host_of`), tasks on hosts (`spawn`), links (`set_link`,
 `set_latency`), faults (`partition`, `heal`, `reset`, `crash`,
 `restart`), the fault points of a test's own code (`sometimes_fires`,
-behind ``tideloop.testing.sometimes``), and each host's wall clock
-(`set_clock`, `wall_time`: ``clocks``). What each means to a program is
+behind ``tideloop.testing.sometimes``), each host's wall clock
+(`set_clock`, `wall_time`: ``clocks``) and disks (`mount`, `disk_fault`,
+`disks`: ``disk``; a crash loses what was not synced). What each means to a program is
 the model in the package docstring (``tideloop.testing._sim``).
 
 Invariants:
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
+import os
 import random
 import socket
 from collections.abc import Coroutine
@@ -41,6 +44,7 @@ from typing import Any, Literal
 from tideloop._pollers import Poller
 
 from .clocks import EPOCH, HostClocks
+from .disk import Disks, Mount, Unsynced
 from .endpoints import Host
 from .kernel import HOST, Kernel, LogEntry
 from .links import DEFAULT_LATENCY, Link, Links, Pair
@@ -98,6 +102,12 @@ class SimNetwork:
         self._kernel = Kernel(random.Random(seed), self._links)
         self._side = LoopSide(self._kernel, real)
         self._clocks = HostClocks()
+        self._disks = Disks(
+            seed,
+            self._kernel.record,
+            self.sometimes_fires,
+            self.wall_time,
+        )
 
     @property
     def real(self) -> Literal["refuse", "allow"]:
@@ -196,6 +206,56 @@ class SimNetwork:
         loop = self._kernel.loop
         return loop.time() if loop is not None else 0.0
 
+    # -- disks -------------------------------------------------------------
+
+    @property
+    def disks(self) -> Disks:
+        """The simulated file systems of every host (``disk.Disks``)."""
+        return self._disks
+
+    def mount(
+        self,
+        host: str,
+        path: str | os.PathLike[str],
+        *,
+        capacity: int | None = None,
+        unsynced: Unsynced = "torn",
+        faults: float = 0.0,
+    ) -> Mount:
+        """Simulate the file system under *path* (absolute) for code on *host*:
+        every file and directory there is the simulation's (empty at first),
+        and the same path on another host is another one. A crash of *host*
+        keeps only what was made durable (``fsync``, a directory's ``fsync``
+        for names), tearing or losing the rest (*unsynced*: ``"torn"`` or
+        ``"lost"``). *capacity*: bytes it holds (``ENOSPC`` past it).
+        *faults*: the probability that a write or ``fsync`` fault point fires
+        (on the seeds that enable it), failing with ``EIO`` or ``ENOSPC``.
+        See ``disk`` for the model."""
+        self._kernel.host(host)
+        return self._disks.mount(
+            host, os.fspath(path), capacity=capacity, unsynced=unsynced, faults=faults
+        )
+
+    def disk_fault(
+        self,
+        host: str,
+        error: str | int = "EIO",
+        *,
+        path: str | os.PathLike[str] | None = None,
+        calls: tuple[str, ...] = ("write", "fsync"),
+        count: int = 1,
+    ) -> None:
+        """Fail the next *count* of *host*'s simulated *calls* (``"write"``,
+        ``"fsync"``) on *path* (a file, or everything under a directory; None:
+        any) with *error* (``"EIO"``, ``"ENOSPC"`` or an errno)."""
+        code = getattr(errno, error) if isinstance(error, str) else int(error)
+        unknown = set(calls) - {"write", "fsync"}
+        if unknown:
+            raise ValueError(f"calls are 'write' and 'fsync', not {sorted(unknown)}")
+        where = None if path is None else os.path.normpath(os.fspath(path))
+        self._disks.inject(host, code, path=where, calls=frozenset(calls), count=count)
+        self._kernel.record("disk-fault-set", host, host, f"{errno.errorcode[code]} x{count}")
+
     # -- faults ------------------------------------------------------------
 
     def sometimes_fires(self, site: str, probability: float) -> bool:
@@ -274,6 +334,7 @@ class SimNetwork:
             return
         self._kernel.record("crash", host, host, "")
         self._kernel.crash(h)
+        self._disks.crash(host)
         loop = self._kernel.running_loop()
         for task in asyncio.all_tasks(loop):
             if self._side.host_of(task) is h:
