@@ -4,8 +4,9 @@ Not a loop benchmark. Each case is a key-value history made by a
 seeded model of a real store: *clients* clients (10 by default) each run
 operations back to back (``put`` 70% / ``get`` 30%, on *keys* keys), each
 taking effect at one instant between its invocation and its completion
-(random durations), so the history is linearizable; with ``--stale`` one
-``get`` near the end returns an older value (a violation), and with
+(random durations), so the history is linearizable; with ``--stale`` the
+last ``get`` that can be made stale returns the value of a ``put`` that a
+later ``put`` of its key overwrote before the ``get`` began (a violation), and with
 ``--unknown`` a few operations lose their replies. The same histories are
 checked by:
 
@@ -81,10 +82,11 @@ def make_history(
         else:
             results[index] = store.get(arg)
     if stale:
-        # A get near the end returns the value before the last put on its
-        # key that completed before the get began: a stale read.
+        # The last get that can be made stale returns the value of a put P
+        # that completed before another put Q of its key began, Q having
+        # completed before the get began: no order allows it.
         order = sorted(range(len(plans)), key=lambda i: plans[i][0])
-        for index in reversed(order[: len(order) * 9 // 10]):
+        for index in reversed(order):
             start, _, _, _, name, arg = plans[index]
             if name != "get":
                 continue
@@ -93,11 +95,14 @@ def make_history(
                 for i in range(len(plans))
                 if plans[i][4] == "put" and plans[i][5][0] == arg and plans[i][2] < start
             ]
-            if done:
-                last = max(done, key=lambda i: plans[i][1])
-                if previous[last] != results[index]:
-                    results[index] = previous[last]
-                    break
+            overwritten = [
+                p for p in done if any(plans[p][2] < plans[q][0] for q in done if q != p)
+            ]
+            if overwritten:
+                results[index] = plans[max(overwritten, key=lambda i: plans[i][2])][5][1]
+                break
+        else:
+            raise ValueError("no get in this history can be made stale")
     lost = set(rng.sample(range(len(plans)), unknown)) if unknown else set()
     # Record the events in time order, as a live run would.
     history = History()
@@ -154,7 +159,19 @@ def measure(history: History, options: dict[str, Any], limit: float, repeat: int
     return {"verdict": verdict, "seconds": best, "steps": steps}
 
 
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.2f} ms" if value < 0.1 else f"{value:.2f} s"
+
+
 DEFAULT_CASES = [
+    Case(20, 2, False),
+    Case(20, 2, True),
+    Case(40, 2, False),
+    Case(40, 2, True),
+    Case(100, 10, False),
+    Case(100, 10, True),
+    Case(300, 10, False),
+    Case(300, 10, True),
     Case(1_000, 10, False),
     Case(1_000, 10, True),
     Case(10_000, 10, False),
@@ -203,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(f"over {args.limit:g} s")
             else:
                 verdict = "ok" if got["verdict"] else "violation"
-                cells.append(f"{got['seconds']:.3f} s ({verdict})")
+                cells.append(f"{_seconds(got['seconds'])} ({verdict})")
         rows.append(row)
         print(f"| {case.label} | " + " | ".join(cells) + " |", flush=True)
     if args.json:
