@@ -41,6 +41,14 @@ the duration of a simulated run, and undone after it.
 - `sometimes`, `seeded_globals`, `check_determinism` (``_world``): fault
   points in a test's own code, the process-wide sources of chance and time
   a simulated run seeds, and the check that a seed replays.
+- `History`, `check_linearizable` (``_history``, ``_linearizable``, the
+  models in ``models``) and `check_serializable` (``_serializable``): what
+  clients saw, checked for linearizability and for serializability.
+- `leads_to`, `progress`, `Livelock` (``_liveness``): liveness properties,
+  and livelocks (``livelock_after=``) told apart from deadlocks.
+- ``SimNetwork.set_clock`` and ``SimNetwork.mount``: each host's wall clock
+  (``_sim/clocks.py``, ``_wallclock``) and disks (``_sim/disk.py``,
+  ``_files``), through the patches a simulated run makes (``_patching``).
 - The pytest plugin (``tideloop.testing.pytest_plugin``, registered as a
   ``pytest11`` entry point) is inactive unless ``--tideloop...`` options,
   the ``tideloop`` marker or the ``tideloop_clock`` / ``tideloop_net``
