@@ -191,14 +191,16 @@ async def app(name: str, mode: Mode, ready: asyncio.Event, peers_up: asyncio.Eve
     await peers_up.wait()
     peer = await Conn.open(APPS[name], PORT_APP)
     try:
-        await server.serve_forever()
+        await asyncio.Future()  # serve until cancelled
     finally:
-        server.close()
+        # Its own connections first: on 3.12+, a server's close waits for
+        # the connections into it, and the other app's is one of them.
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         db.close()
         peer.close()
+        server.close()
 
 
 async def put(conn: Conn, key: str, value: str) -> None:

@@ -11,14 +11,17 @@ import does not see it:
 - ``from datetime import datetime`` binds a module global;
 - ``sync_open = open`` (aiofiles), ``_stat = os.stat``: the same;
 - ``rename = wrap(os.rename)`` (aiofiles.os): a module-level function that
-  holds the real one in its closure.
+  holds the real one in its closure;
+- ``scandir = staticmethod(os.scandir)`` in a class body (``glob``'s
+  globber, which ``pathlib.Path.glob`` uses on 3.13).
 
 `Patches.everywhere` replaces those too: every module-level global of the
-loaded modules bound to a replaced object, and the closure cells of their
-module-level functions that hold one, except in tideloop's own modules
+loaded modules bound to a replaced object, the closure cells of their
+module-level functions that hold one, and the attributes (plain or static
+methods) of the classes they define, except in tideloop's own modules
 (which keep the real ones: tideloop reads real time where it needs it) and
 in the modules that own the names (patched as attributes). Not reached:
-references held in class bodies, default arguments, instances, or taken
+references held in nested classes, default arguments, instances, or taken
 after the patch. Where each reference is found is remembered per module
 (and looked for again when the module's namespace changes size), so a run
 pays a lookup per module, not a scan.
@@ -75,6 +78,11 @@ def _scan(module: types.ModuleType, targets: set[int]) -> list[tuple[str, str, i
     for name, value in list(namespace.items()):
         if id(value) in targets:
             places.append(("global", name, -1))
+        elif isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
+            for attribute, member in list(vars(value).items()):
+                held = member.__func__ if isinstance(member, staticmethod) else member
+                if id(held) in targets:
+                    places.append(("class", f"{name}.{attribute}", -1))
         elif isinstance(value, types.FunctionType) and value.__closure__:
             for index, cell in enumerate(value.__closure__):
                 try:
@@ -141,6 +149,8 @@ class Patches:
         replacements: Mapping[int, tuple[Any, Any]],
     ) -> int:
         namespace = vars(module)
+        if kind == "class":
+            return self._replace_member(namespace, name, replacements)
         value = namespace.get(name)
         if kind == "global":
             pair = replacements.get(id(value))
@@ -179,6 +189,32 @@ class Patches:
                 pass
 
         self._undo.append(restore_cell)
+        return 1
+
+    def _replace_member(
+        self, namespace: dict[str, Any], name: str, replacements: Mapping[int, tuple[Any, Any]]
+    ) -> int:
+        class_name, _, attribute = name.partition(".")
+        cls = namespace.get(class_name)
+        if not isinstance(cls, type):
+            return 0
+        member = vars(cls).get(attribute)
+        static = isinstance(member, staticmethod)
+        held = member.__func__ if isinstance(member, staticmethod) else member
+        pair = replacements.get(id(held))
+        if pair is None or pair[0] is not held:
+            return 0
+        fake = staticmethod(pair[1]) if static else pair[1]
+        try:
+            setattr(cls, attribute, fake)
+        except (TypeError, AttributeError):
+            return 0  # an immutable (built-in) class
+
+        def restore_member() -> None:
+            if vars(cls).get(attribute) is fake:
+                setattr(cls, attribute, member)
+
+        self._undo.append(restore_member)
         return 1
 
     def undo(self) -> None:
