@@ -13,7 +13,11 @@ checked by:
 - ``wgl``: the default (Wing and Gong with Lowe's cache of configurations,
   each key checked on its own: P-compositionality);
 - ``wgl-whole``: the cache, without splitting by key;
-- ``wg``: plain Wing and Gong (no cache, no splitting).
+- ``wg``: plain Wing and Gong (no cache, no splitting);
+- ``simloom``: simloom 0.5's ``check_linearizable`` (Wing and Gong with
+  memoisation over frozensets, key by key, register operations only), when
+  simloom is importable (it needs Python 3.12+: run this from a venv that
+  has it). It gives up past its ``max_states`` (250,000 by default).
 
 Each check runs in this process with a time limit (``--limit``, real
 seconds; a check that passes it is reported as such, not as a number), the
@@ -137,11 +141,51 @@ class Case:
         return f"{self.ops:,} ops, {self.keys} keys, {kind}{extra}"
 
 
-ALGORITHMS = {
+ALGORITHMS: dict[str, dict[str, Any]] = {
     "wgl": {"algorithm": "wgl"},
     "wgl-whole": {"algorithm": "wgl", "partition": False},
     "wg": {"algorithm": "wg"},
 }
+try:
+    import simloom
+except ImportError:  # not installed, or this Python is older than 3.12
+    simloom = None
+else:
+    ALGORITHMS["simloom"] = {}
+
+
+def simloom_history(history: History) -> Any:
+    """The same history as simloom's RegisterHistory (a key's put is a write,
+    a get a read), its events in the same order."""
+    assert simloom is not None
+    register = simloom.RegisterHistory()
+    calls = {}
+    for _, _, invocation, op in history.events():
+        if invocation:
+            if op.name == "put":
+                calls[op.index] = register.invoke(op.arg[0], "write", op.arg[1], process=0)
+            else:
+                calls[op.index] = register.invoke(op.arg, "read", process=0)
+        else:
+            calls[op.index].complete(op.result)
+    return register
+
+
+def measure_simloom(history: History, repeat: int) -> dict[str, Any]:
+    assert simloom is not None
+    register = simloom_history(history)
+    best: float | None = None
+    verdict = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        try:
+            result = simloom.check_linearizable(register)
+        except RuntimeError:  # past its max_states
+            return {"verdict": None, "seconds": None, "steps": None, "gave_up": True}
+        seconds = time.perf_counter() - start
+        verdict = bool(result)
+        best = seconds if best is None else min(best, seconds)
+    return {"verdict": verdict, "seconds": best, "steps": None}
 
 
 def measure(history: History, options: dict[str, Any], limit: float, repeat: int) -> dict[str, Any]:
@@ -214,9 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         row: dict[str, Any] = {"case": case.label, "ops": case.ops, "keys": case.keys}
         for name, options in ALGORITHMS.items():
-            got = measure(history, options, args.limit, args.repeat)
+            if name == "simloom":
+                got = measure_simloom(history, args.repeat)
+            else:
+                got = measure(history, options, args.limit, args.repeat)
             row[name] = got
-            if got["seconds"] is None:
+            if got.get("gave_up"):
+                cells.append("gave up (max_states)")
+            elif got["seconds"] is None:
                 cells.append(f"over {args.limit:g} s")
             else:
                 verdict = "ok" if got["verdict"] else "violation"
@@ -232,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "limit": args.limit,
             "repeat": args.repeat,
+            "simloom": None if simloom is None else getattr(simloom, "__version__", "?"),
         }
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
