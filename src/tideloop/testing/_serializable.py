@@ -43,7 +43,8 @@ What it infers (facts / what this means for us):
 - **Without a cycle:** *G1a* (aborted read: a read saw a failed
   transaction's write), *G1b* (intermediate read: a read saw a value its
   writer overwrote in the same transaction), *internal* (a transaction's
-  read disagrees with its own earlier reads and writes), *incompatible
+  read disagrees with its own earlier reads and writes, or shows its own
+  later append; its appends shown out of the order it made them), *incompatible
   order*, *duplicate* elements in a list, a value that no transaction
   wrote, and (registers) *lost update*: two committed transactions read the
   same version and both wrote the key.
@@ -374,6 +375,18 @@ def _infer_append(txns: list[_Txn], graph: _Graph, anomalies: list[Anomaly]) -> 
                 external = got[: len(got) - len(mine)]
             else:
                 external = got
+            future = [v for v in external if writer.get((key, v)) == t.op.index]
+            if future:
+                anomalies.append(
+                    Anomaly(
+                        "internal",
+                        [t.op],
+                        why=f"it read {key!r} = {_show(got)}, with its own append of "
+                        f"{future[0]!r} before making it",
+                    )
+                )
+                seen[key] = got
+                continue
             seen[key] = got
             reads[key].append((t.op.index, tuple(external)))
     for key, found in reads.items():
@@ -397,6 +410,19 @@ def _infer_append(txns: list[_Txn], graph: _Graph, anomalies: list[Anomaly]) -> 
         if len(set(longest)) != len(longest):
             continue  # reported as a duplicate; no order to draw edges from
         order = [writer.get((key, v)) for v in longest]
+        # Each transaction's appends must show in the order it made them.
+        for index in {w for w in order if w is not None}:
+            made = [v for f, k, v in by_index[index].micro if f == "append" and k == key]
+            shown = [v for v, w in zip(longest, order, strict=True) if w == index]
+            if shown != [v for v in made if v in shown]:
+                anomalies.append(
+                    Anomaly(
+                        "internal",
+                        [by_index[index].op],
+                        why=f"it appended {_show(made)} to {key!r}, but a read shows them "
+                        f"in the order {_show(shown)}",
+                    )
+                )
         for i in range(len(longest) - 1):
             a, b = order[i], order[i + 1]
             if a is not None and b is not None:
