@@ -17,7 +17,8 @@ checked by:
 - ``simloom``: simloom 0.5's ``check_linearizable`` (Wing and Gong with
   memoisation over frozensets, key by key, register operations only), when
   simloom is importable (it needs Python 3.12+: run this from a venv that
-  has it). It gives up past its ``max_states`` (250,000 by default).
+  has it), in a child process stopped past the limit. It gives up past its
+  ``max_states`` (250,000 by default).
 
 Each check runs in this process with a time limit (``--limit``, real
 seconds; a check that passes it is reported as such, not as a number), the
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import platform
 import random
 import sys
@@ -171,7 +173,7 @@ def simloom_history(history: History) -> Any:
     return register
 
 
-def measure_simloom(history: History, repeat: int) -> dict[str, Any]:
+def _simloom_child(history: History, repeat: int, out: Any) -> None:
     assert simloom is not None
     register = simloom_history(history)
     best: float | None = None
@@ -181,11 +183,28 @@ def measure_simloom(history: History, repeat: int) -> dict[str, Any]:
         try:
             result = simloom.check_linearizable(register)
         except RuntimeError:  # past its max_states
-            return {"verdict": None, "seconds": None, "steps": None, "gave_up": True}
+            out.put({"verdict": None, "seconds": None, "steps": None, "gave_up": True})
+            return
         seconds = time.perf_counter() - start
         verdict = bool(result)
         best = seconds if best is None else min(best, seconds)
-    return {"verdict": verdict, "seconds": best, "steps": None}
+    out.put({"verdict": verdict, "seconds": best, "steps": None})
+
+
+def measure_simloom(history: History, repeat: int, limit: float) -> dict[str, Any]:
+    """simloom has no time limit of its own: its check runs in a child
+    process, stopped after *limit* seconds a run."""
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_simloom_child, args=(history, repeat, out))
+    child.start()
+    child.join(limit * repeat + 5)
+    if child.is_alive():
+        child.terminate()
+        child.join()
+        return {"verdict": None, "seconds": None, "steps": None}
+    got: dict[str, Any] = out.get()
+    return got
 
 
 def measure(history: History, options: dict[str, Any], limit: float, repeat: int) -> dict[str, Any]:
@@ -259,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"case": case.label, "ops": case.ops, "keys": case.keys}
         for name, options in ALGORITHMS.items():
             if name == "simloom":
-                got = measure_simloom(history, args.repeat)
+                got = measure_simloom(history, args.repeat, args.limit)
             else:
                 got = measure(history, options, args.limit, args.repeat)
             row[name] = got

@@ -521,21 +521,14 @@ async def crash_scenario(net: SimNetwork) -> None:
 # The planted bug: a write-ahead log without fsync
 
 
-def wal_history(fsync: bool, seed: int, *, mount: str | None = "/var/lib/store") -> Any:
+def wal_history(fsync: bool, seed: int, *, real_directory: str | None = None) -> Any:
+    """The WAL scenario's history: on a mounted disk, or (*real_directory*)
+    on the real one."""
     net = SimNetwork(seed=seed)
-    directory = "/var/lib/store"
-    if mount is not None:
-        net.mount("db", mount)
-    else:
-        directory = mount_or_tmp()
+    directory = real_directory or "/var/lib/store"
+    if real_directory is None:
+        net.mount("db", directory)
     return testing.run(sim_wal.scenario(net, fsync=fsync, directory=directory), network=net)
-
-
-_TMP: list[str] = []
-
-
-def mount_or_tmp() -> str:
-    return _TMP[0]
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -559,11 +552,8 @@ def test_the_log_with_fsync_keeps_them(seed: int) -> None:
 def test_on_a_real_disk_the_missing_fsync_goes_unseen(tmp_path: Path) -> None:
     # What a test without the simulated disk sees: the crash kills the host's
     # tasks, but the page cache lives on, so nothing is lost.
-    _TMP[:] = [str(tmp_path)]
-    try:
-        assert testing.check_linearizable(wal_history(False, 0, mount=None), KeyValue())
-    finally:
-        _TMP.clear()
+    history = wal_history(False, 0, real_directory=str(tmp_path))
+    assert testing.check_linearizable(history, KeyValue())
 
 
 def test_explore_finds_the_lost_write_and_replays_it() -> None:
