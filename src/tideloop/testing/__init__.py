@@ -41,6 +41,14 @@ the duration of a simulated run, and undone after it.
 - `sometimes`, `seeded_globals`, `check_determinism` (``_world``): fault
   points in a test's own code, the process-wide sources of chance and time
   a simulated run seeds, and the check that a seed replays.
+- `History`, `check_linearizable` (``_history``, ``_linearizable``, the
+  models in ``models``) and `check_serializable` (``_serializable``): what
+  clients saw, checked for linearizability and for serializability.
+- `leads_to`, `progress`, `Livelock` (``_liveness``): liveness properties,
+  and livelocks (``livelock_after=``) told apart from deadlocks.
+- ``SimNetwork.set_clock`` and ``SimNetwork.mount``: each host's wall clock
+  (``_sim/clocks.py``, ``_wallclock``) and disks (``_sim/disk.py``,
+  ``_files``), through the patches a simulated run makes (``_patching``).
 - The pytest plugin (``tideloop.testing.pytest_plugin``, registered as a
   ``pytest11`` entry point) is inactive unless ``--tideloop...`` options,
   the ``tideloop`` marker or the ``tideloop_clock`` / ``tideloop_net``
@@ -64,8 +72,12 @@ from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
 from ._explore import Exploration, Tape, diff, explore, replay, shrink
+from ._history import UNKNOWN, History, Op
+from ._linearizable import Counterexample, Linearizability, NotLinearizable, check_linearizable
+from ._liveness import Livelock, leads_to, progress, watch_livelocks
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
+from ._serializable import Anomaly, NotSerializable, Serializability, check_serializable
 from ._sim import SimNetwork, SimSocket
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
 from ._supervisor import VirtualTimeWatch
@@ -73,15 +85,25 @@ from ._world import EPOCH, NondeterminismError, check_determinism, seeded_global
 
 __all__ = [
     "EPOCH",
+    "UNKNOWN",
+    "Anomaly",
+    "Counterexample",
     "Deadlock",
     "DecisionLog",
     "Exploration",
+    "History",
+    "Linearizability",
+    "Livelock",
     "NondeterminismError",
+    "NotLinearizable",
+    "NotSerializable",
+    "Op",
     "PCTStrategy",
     "Perturber",
     "PropertyViolation",
     "RandomStrategy",
     "ReplayStrategy",
+    "Serializability",
     "SimNetwork",
     "SimSocket",
     "Strategy",
@@ -90,11 +112,15 @@ __all__ = [
     "allow_tideloop",
     "always",
     "check_determinism",
+    "check_linearizable",
+    "check_serializable",
     "current_clock",
     "diff",
     "eventually",
     "explore",
+    "leads_to",
     "new_event_loop",
+    "progress",
     "replay",
     "run",
     "seeded_globals",
@@ -114,6 +140,7 @@ def new_event_loop(
     network: SimNetwork | None = None,
     strategy: Strategy | DecisionLog | None = None,
     wakeups: bool = False,
+    livelock_after: float | None = None,
 ) -> Loop:
     """A tideloop loop for tests (usable as asyncio's ``loop_factory``).
 
@@ -132,7 +159,12 @@ def new_event_loop(
     thread, real fd or signal) can wake them raises `Deadlock` out of the
     loop, naming what each task awaits, instead of hanging; and the clock
     does not jump while a thread of the program's looks busy (`ThreadWatch`).
+    *livelock_after*: seconds of loop time in which tasks keep stepping
+    without reaching a `progress` point that make the loop raise `Livelock`
+    (see ``tideloop.testing._liveness``); None: not watched.
     """
+    if livelock_after is not None and not livelock_after > 0:
+        raise ValueError(f"livelock_after must be > 0 seconds, not {livelock_after!r}")
     if virtual_time is None:
         virtual_time = network is not None
     clock: VirtualClock | None
@@ -155,9 +187,12 @@ def new_event_loop(
     # every task's await stack, instead of hanging, and the clock does not
     # jump while a thread of the program's is busy.
     supervisor = None if clock is None else VirtualTimeWatch(network)
-    return Loop(
+    loop = Loop(
         poller=poller, clock=clock, schedule=schedule, network=network, supervisor=supervisor
     )
+    if livelock_after is not None:
+        watch_livelocks(loop, livelock_after)
+    return loop
 
 
 def run(
@@ -170,6 +205,7 @@ def run(
     network: SimNetwork | None = None,
     strategy: Strategy | DecisionLog | None = None,
     wakeups: bool = False,
+    livelock_after: float | None = None,
 ) -> _T:
     """Run *main* like ``asyncio.run``, on `new_event_loop` with these options.
 
@@ -190,6 +226,7 @@ def run(
         network=network,
         strategy=strategy,
         wakeups=wakeups,
+        livelock_after=livelock_after,
     )
     seeded: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if network is not None and network.seed_globals:

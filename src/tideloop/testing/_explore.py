@@ -26,13 +26,20 @@ On top of that:
   ``_timeline`` draws and `Tape.trace` prints. `explore` does it for the
   failure it returns.
 
+With ``network=`` every run also gets a new `SimNetwork` (seeded with
+the run's seed; the scenario is called with it), recorded in the tape so
+that a replay builds the same one; ``livelock_after=`` watches every run
+for livelocks (``_liveness``) and is recorded too.
+
 Invariant: a scenario's runs share nothing but what the scenario itself
-shares; every run gets new loops, a new strategy and a new log.
+shares; every run gets new loops, a new strategy, a new log (and a new
+network).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import math
@@ -41,7 +48,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -51,7 +58,9 @@ from ._report import Verdict, classify, deviation_words
 from ._search import STRATEGIES, Options
 from ._strategy import Decision, DecisionLog, Point, ReplayStrategy, Strategy
 
-Scenario = Callable[[], Coroutine[Any, Any, object]]
+#: A function that returns a fresh coroutine: with no argument, or (for
+#: ``network=``) given the run's `SimNetwork`.
+Scenario = Callable[..., Coroutine[Any, Any, object]]
 
 #: A run's limit in seconds of loop time when none is given (`attempt`):
 #: on the real clock, and on a virtual one (where hours pass in no time).
@@ -85,6 +94,11 @@ class Tape:
     timeline: dict[str, Any] | None = None
     #: Where the failure was raised, in the program (a recorded replay's).
     failure_site: dict[str, Any] | None = None
+    #: The run's SimNetwork options and seed (None: no network), and its
+    #: livelock watch (seconds; None: none).
+    network: dict[str, Any] | None = None
+    network_seed: int = 0
+    livelock_after: float | None = None
 
     @classmethod
     def from_log(cls, log: DecisionLog, **kwargs: Any) -> Tape:
@@ -175,6 +189,9 @@ class Tape:
             "decision_count": self.decision_count,
             "decisions": [dump(d) for d in self.decisions],
             "timeline": self.timeline,
+            "network": self.network,
+            "network_seed": self.network_seed,
+            "livelock_after": self.livelock_after,
         }
 
     @classmethod
@@ -206,6 +223,9 @@ class Tape:
             shrunk_from=data.get("shrunk_from"),
             timeline=data.get("timeline"),
             failure_site=data.get("failure_site"),
+            network=data.get("network"),
+            network_seed=int(data.get("network_seed", 0)),
+            livelock_after=data.get("livelock_after"),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -294,7 +314,7 @@ class RunTimeout(AssertionError):
     """A schedule of the scenario did not finish within its time (a hang)."""
 
 
-async def _within(scenario: Scenario, timeout: float) -> object:
+async def _within(scenario: Callable[[], Coroutine[Any, Any, object]], timeout: float) -> object:
     if timeout == math.inf:
         return await scenario()
     try:
@@ -311,6 +331,9 @@ def attempt(
     virtual_time: bool = False,
     timeout: float | None = None,
     wakeups: bool = False,
+    network: Mapping[str, Any] | None = None,
+    network_seed: int = 0,
+    livelock_after: float | None = None,
 ) -> tuple[DecisionLog, BaseException | None]:
     """Run *scenario* once under *strategy*: its log, and what it raised (or None).
 
@@ -318,15 +341,31 @@ def attempt(
     seconds under virtual time; None: `REAL_TIMEOUT` or `VIRTUAL_TIMEOUT`,
     ``math.inf``: no limit) fails with `RunTimeout`: a schedule that hangs is
     a failure too. *wakeups*: the opt-in mode that also varies how many
-    iterations a task's step takes (`Perturber`).
+    iterations a task's step takes (`Perturber`). *network*: the options of
+    a new `SimNetwork` of seed *network_seed* that the scenario is called
+    with (virtual time then). *livelock_after*: watch the run for livelocks.
     """
     from . import run  # the package imports this module
+    from ._sim import SimNetwork
 
+    net = None
+    call: Callable[[], Coroutine[Any, Any, object]] = scenario
+    if network is not None:
+        net = SimNetwork(seed=network_seed, **network)
+        call = functools.partial(scenario, net)
+        virtual_time = True
     if timeout is None:
         timeout = VIRTUAL_TIMEOUT if virtual_time else REAL_TIMEOUT
     log = DecisionLog(strategy)
     try:
-        run(_within(scenario, timeout), virtual_time=virtual_time, strategy=log, wakeups=wakeups)
+        run(
+            _within(call, timeout),
+            virtual_time=virtual_time,
+            strategy=log,
+            wakeups=wakeups,
+            network=net,
+            livelock_after=livelock_after,
+        )
     except Exception as exc:
         return log, exc
     return log, None
@@ -495,6 +534,9 @@ def shrink(
     failure: BaseException | None = None,
     timeout: float | None = None,
     wakeups: bool = False,
+    network: Mapping[str, Any] | None = None,
+    network_seed: int = 0,
+    livelock_after: float | None = None,
 ) -> tuple[DecisionLog, BaseException | None, int]:
     """`shrink_deviations` for a scenario: the 1-minimal failing run, what it
     raised, and the runs it took. *failure* is what *log*'s run raised: a
@@ -510,6 +552,9 @@ def shrink(
             virtual_time=virtual_time,
             timeout=timeout,
             wakeups=wakeups,
+            network=network,
+            network_seed=network_seed,
+            livelock_after=livelock_after,
         )
         if exc is None or (failure is not None and type(exc) is not type(failure)):
             return None  # passed, or failed another way: not this failure
@@ -534,6 +579,8 @@ def explore(
     timeout: float | None = None,
     wakeups: bool = False,
     describe: bool = True,
+    network: bool | Mapping[str, Any] | None = None,
+    livelock_after: float | None = None,
 ) -> Exploration:
     """Run *scenario* under up to *schedules* schedules; stop at the first failure.
 
@@ -549,12 +596,26 @@ def explore(
     recorded (`record`): its tape then names every deviation in the
     program's terms, says whether it is an ordering or a timing failure
     (`Tape.verdict`) and carries the run's timeline.
+    *network*: True (or `SimNetwork` keyword options) to call the scenario
+    with a new `SimNetwork` in each run, seeded with the run's seed
+    (*seed*, *seed* + 1, ...; virtual time then), recorded in the tape.
+    *livelock_after*: fail a run that livelocks (`Livelock`) for that many
+    seconds of loop time.
     """
     recipe = STRATEGIES.get(strategy)
     if schedules < 1:
         raise ValueError(f"schedules must be at least 1, not {schedules!r}")
     result = Exploration(strategy)
-    mode = {"wakeups": wakeups}
+    options: dict[str, Any] | None = None
+    if network is not None and network is not False:
+        options = {} if network is True else dict(network)
+        virtual_time = True
+    mode: dict[str, Any] = {
+        "wakeups": wakeups,
+        "network": options,
+        "livelock_after": livelock_after,
+    }
+    failing_seed = seed
     start = time.perf_counter()
     failing: DecisionLog | None = None
     failure: BaseException | None = None
@@ -563,7 +624,9 @@ def explore(
     last: DecisionLog | None = None
     first = search.first()
     if first is not None:
-        last, exc = attempt(scenario, first, virtual_time=virtual_time, timeout=timeout, **mode)
+        last, exc = attempt(
+            scenario, first, virtual_time=virtual_time, timeout=timeout, network_seed=seed, **mode
+        )
         result.schedules += 1
         if exc is not None:
             failing, failure, found_by = last, exc, "the unperturbed schedule"
@@ -574,10 +637,19 @@ def explore(
             result.exhausted = search.exhausted
             break
         i += 1
-        last, exc = attempt(scenario, chosen, virtual_time=virtual_time, timeout=timeout, **mode)
+        run_seed = seed + i
+        last, exc = attempt(
+            scenario,
+            chosen,
+            virtual_time=virtual_time,
+            timeout=timeout,
+            network_seed=run_seed,
+            **mode,
+        )
         result.schedules += 1
         if exc is not None:
             failing, failure, found_by = last, exc, chosen.describe()
+            failing_seed = run_seed
     if failing is not None and failure is not None:
         original = len(failing.deviations)
         if shrink_failure:
@@ -587,6 +659,7 @@ def explore(
                 virtual_time=virtual_time,
                 failure=failure,
                 timeout=timeout,
+                network_seed=failing_seed,
                 **mode,
             )
             failure = shrunk_exc or failure
@@ -598,6 +671,9 @@ def explore(
             virtual_time=virtual_time,
             wakeups=wakeups,
             shrunk_from=original if shrink_failure else None,
+            network=options,
+            network_seed=failing_seed if options is not None else 0,
+            livelock_after=livelock_after,
         )
         if describe:
             recorded = record(
@@ -685,6 +761,15 @@ def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:
         tape = Tape.load(tape)
     log = DecisionLog(tape.strategy())
     from . import run
+    from ._sim import SimNetwork
 
-    run(scenario(), virtual_time=tape.virtual_time, strategy=log, wakeups=tape.wakeups)
+    net = None if tape.network is None else SimNetwork(seed=tape.network_seed, **tape.network)
+    run(
+        scenario() if net is None else scenario(net),
+        virtual_time=tape.virtual_time,
+        strategy=log,
+        wakeups=tape.wakeups,
+        network=net,
+        livelock_after=tape.livelock_after,
+    )
     return log

@@ -13,9 +13,15 @@ fixture apply):
   ``secrets`` and ``random.SystemRandom`` hold their own reference to the
   kernel's and stay unpredictable;
 - ``time.time`` / ``time.time_ns`` read `EPOCH` plus the loop's (virtual)
-  time, ``time.monotonic`` / ``time.monotonic_ns`` the loop's time; every
-  caller sees them, threads included. tideloop's own code bound the real
-  functions at import and keeps real time where it needs it.
+  time, moved by ``SimNetwork.set_clock`` for code on that host; so do
+  ``datetime.now()``, ``date.today()`` and ``time.localtime()`` and its
+  kin (``_wallclock``); ``time.monotonic`` / ``time.monotonic_ns`` read the
+  loop's time on every host. Every caller sees them, threads included
+  (a thread or executor job runs on the host that started it). tideloop's
+  own code bound the real functions at import and keeps real time where it
+  needs it;
+- once the network has a mount (``SimNetwork.mount``), ``open`` and ``os``'s
+  file calls reach the simulated disks for paths under it (``_files``).
 
 `sometimes` is a fault point a test puts in its own code (FoundationDB's
 "buggify"): in a simulated run each call site is enabled on about half of
@@ -45,10 +51,10 @@ from typing import Any, Final
 
 from tideloop._loop import Loop
 
+from . import _files, _wallclock
+from ._patching import Patches
 from ._sim import SimNetwork
-
-#: What ``time.time()`` reads at virtual time 0 in a simulated run (2026-01-01 UTC).
-EPOCH: Final = 1_767_225_600.0
+from ._sim.clocks import EPOCH
 
 Scenario = Callable[[SimNetwork], Coroutine[Any, Any, Any]]
 LogEntry = tuple[float, str, str, str, str]
@@ -68,6 +74,7 @@ def seeded_globals(
     saved_random = random.getstate()
     random.seed(f"tideloop:{seed}:random")
     patches: list[tuple[Any, str, Any]] = []
+    more = Patches()
 
     def patch(owner: Any, name: str, value: Any) -> None:
         patches.append((owner, name, getattr(owner, name)))
@@ -87,12 +94,24 @@ def seeded_globals(
                 return stream.randbytes(size)
 
             patch(os, "urandom", seeded_urandom)
-        patch(time, "time", lambda: EPOCH + loop_time())
-        patch(time, "time_ns", lambda: int((EPOCH + loop_time()) * 1e9))
         patch(time, "monotonic", loop_time)
         patch(time, "monotonic_ns", lambda: int(loop_time() * 1e9))
+        # time.time(), datetime: each host's wall clock; hosts carried into threads.
+        _wallclock.install(more, net, loop_time)
+        # open() and os's file calls: the disks, once something is mounted.
+        installed: list[bool] = []
+
+        def mounted() -> None:
+            if not installed:
+                installed.append(True)
+                _files.install(more, net)
+
+        if net.disks:
+            mounted()
+        more.on_undo(net.disks.when_mounted(mounted))
         yield
     finally:
+        more.undo()
         for owner, name, value in reversed(patches):
             setattr(owner, name, value)
         random.setstate(saved_random)

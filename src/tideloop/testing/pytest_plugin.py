@@ -28,8 +28,13 @@ and it does nothing unless asked:
   the schedules also vary how many iterations a task's step takes (the
   opt-in mode of ``tideloop.testing.Perturber``); a failure that needs it
   is reported as latent. A tape made so carries the mode.
-- ``@pytest.mark.tideloop(virtual_time=..., seed=..., autojump_threshold=...)``
-  runs one test on tideloop (with those settings) even without the options.
+- ``@pytest.mark.tideloop(virtual_time=..., seed=..., autojump_threshold=...,
+  livelock_after=...)`` runs one test on tideloop (with those settings) even
+  without the options.
+- ``--tideloop-livelock-after=SECONDS`` (or the marker's ``livelock_after``):
+  a tideloop test whose tasks keep stepping for that long in loop time
+  without reaching ``tideloop.testing.progress()`` fails with
+  ``tideloop.testing.Livelock``.
 - The ``tideloop_clock`` fixture turns on virtual time for its test and
   returns the `VirtualClock` that the test's loops use.
 - The ``tideloop_net`` fixture gives its test's loops a `SimNetwork`
@@ -96,7 +101,7 @@ from ._strategy import DecisionLog, Point, RandomStrategy, ReplayStrategy, Strat
 from ._world import seeded_globals
 
 _PLUGIN_NAME = "tideloop-plugin"
-_MARKER_KWARGS = frozenset({"virtual_time", "seed", "autojump_threshold"})
+_MARKER_KWARGS = frozenset({"virtual_time", "seed", "autojump_threshold", "livelock_after"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -177,6 +182,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "takes (finds latent races; a failure that needs it is reported as latent)",
     )
     group.addoption(
+        "--tideloop-livelock-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail a tideloop test whose tasks keep stepping for SECONDS of loop time "
+        "without reaching tideloop.testing.progress() (testing.Livelock)",
+    )
+    group.addoption(
         "--tideloop-tape",
         default=None,
         metavar="FILE",
@@ -187,8 +200,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tideloop(virtual_time=False, seed=None, autojump_threshold=None): run this "
-        "test's asyncio loops on tideloop, with these settings",
+        "tideloop(virtual_time=False, seed=None, autojump_threshold=None, "
+        "livelock_after=None): run this test's asyncio loops on tideloop, with these settings",
     )
     plugin = _Plugin(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
@@ -252,6 +265,8 @@ class _Settings:
     uses_network: bool = False
     #: The opt-in wake-up mode (only with a seed or strategy).
     wakeups: bool = False
+    #: Seconds of loop time without a progress point that make a livelock.
+    livelock_after: float | None = None
     #: Answers the schedule's decision points (None: a seed's random one,
     #: or no perturbation without a seed).
     strategy: Strategy | None = None
@@ -319,6 +334,10 @@ class _Plugin:
             )
         tape_dir = opt("tideloop_tape_dir")
         self.tape_dir: str | None = tape_dir
+        livelock_after = opt("tideloop_livelock_after")
+        if livelock_after is not None and not livelock_after > 0:
+            raise pytest.UsageError("--tideloop-livelock-after must be > 0")
+        self.livelock_after: float | None = livelock_after
         tape_path = opt("tideloop_tape")
         self.tape_path: str | None = tape_path
         self.tape: Tape | None = None
@@ -368,6 +387,7 @@ class _Plugin:
                 autojump_threshold=self.autojump_threshold,
                 strategy=None if self.tape is None else self.tape.strategy(),
                 wakeups=self.wakeups and (self.seed is not None or self.tape is not None),
+                livelock_after=self.livelock_after,
             )
         if not settings.active:
             return self._previous_new_loop()
@@ -377,6 +397,7 @@ class _Plugin:
             network=settings.network() if settings.uses_network else None,
             strategy=decisions,
             wakeups=settings.wakeups and decisions is not None,
+            livelock_after=settings.livelock_after,
         )
 
     def _previous_new_loop(self) -> asyncio.AbstractEventLoop:
@@ -419,6 +440,7 @@ class _Plugin:
             uses_network=uses_network,
             strategy=strategy,
             wakeups=self.wakeups,
+            livelock_after=self.livelock_after,
         )
         if strategy is None and self.tape is not None:
             settings.strategy = self.tape.strategy()
@@ -428,6 +450,8 @@ class _Plugin:
                 settings.virtual_time = bool(kwargs["virtual_time"]) or uses_clock
             if kwargs.get("autojump_threshold") is not None:
                 settings.autojump_threshold = float(kwargs["autojump_threshold"])
+            if kwargs.get("livelock_after") is not None:
+                settings.livelock_after = float(kwargs["livelock_after"])
         return settings
 
     def seeds_for(self, item: pytest.Item) -> list[int | None]:

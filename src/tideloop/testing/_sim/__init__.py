@@ -72,6 +72,16 @@ The model (what a program can observe):
   (its class changes; it keeps its fd as the placeholder). Sockets already
   connected for real (a ``socketpair``), of a ``socket.socket`` subclass, or
   of another family (IPv6, Unix datagram) stay the kernel's.
+- **Clocks.** Each host reads its own wall clock (``time.time()``,
+  ``datetime.now()``...), set by `SimNetwork.set_clock` (an offset and a
+  drift); the loop's time, every host's timers and ``time.monotonic()``
+  are one clock for all (``clocks`` says why).
+- **Disks.** `SimNetwork.mount` gives a host a file system under a path:
+  writes are durable after ``fsync``, names after their directory's; a
+  crash loses or tears the rest (``disk`` is the model). Code reaches both
+  through the calls a simulated run patches (``tideloop.testing._wallclock``,
+  ``_files``): its host is its task's, or that of the code that started its
+  thread or submitted its executor job.
 - **Not simulated**: IPv6; names and addresses no host has are refused
   (``real="refuse"``: ``gaierror`` for names, ``ENETUNREACH`` for addresses)
   or left to the real network (``real="allow"``).
@@ -91,7 +101,10 @@ flow down this list):
   poller wrapper reads;
 - ``endpoints``: its records (hosts, endpoints) and the `Syscalls`
   interface; ``links``: what messages between hosts go through, and the
-  partitions.
+  partitions;
+- ``clocks``: each host's wall-clock settings; ``disk``: each host's file
+  systems, their calls and their crashes (below ``network``, beside the
+  kernel model, which they do not touch).
 """
 
 from .endpoints import UDP_BUFFER, WINDOW

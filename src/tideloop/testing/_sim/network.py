@@ -13,10 +13,12 @@ simulation's parts once and holds them:
   says which fds are simulated (`is_simulated`).
 
 Its own methods are the test API: hosts (`host`, `address`,
-`current_host`), tasks on hosts (`spawn`), links (`set_link`,
+`current_host`, `host_of`), tasks on hosts (`spawn`), links (`set_link`,
 `set_latency`), faults (`partition`, `heal`, `reset`, `crash`,
-`restart`) and the fault points of a test's own code (`sometimes_fires`,
-behind ``tideloop.testing.sometimes``). What each means to a program is
+`restart`), the fault points of a test's own code (`sometimes_fires`,
+behind ``tideloop.testing.sometimes``), each host's wall clock
+(`set_clock`, `wall_time`: ``clocks``) and disks (`mount`, `disk_fault`,
+`disks`: ``disk``; a crash loses what was not synced). What each means to a program is
 the model in the package docstring (``tideloop.testing._sim``).
 
 Invariants:
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
+import os
 import random
 import socket
 from collections.abc import Coroutine
@@ -39,6 +43,8 @@ from typing import Any, Literal
 
 from tideloop._pollers import Poller
 
+from .clocks import EPOCH, HostClocks
+from .disk import Disks, Mount, Unsynced
 from .endpoints import Host
 from .kernel import HOST, Kernel, LogEntry
 from .links import DEFAULT_LATENCY, Link, Links, Pair
@@ -95,6 +101,13 @@ class SimNetwork:
         self._links = Links(default)
         self._kernel = Kernel(random.Random(seed), self._links)
         self._side = LoopSide(self._kernel, real)
+        self._clocks = HostClocks()
+        self._disks = Disks(
+            seed,
+            self._kernel.record,
+            self.sometimes_fires,
+            self.wall_time,
+        )
 
     @property
     def real(self) -> Literal["refuse", "allow"]:
@@ -170,6 +183,84 @@ class SimNetwork:
         context = contextvars.copy_context()
         context.run(HOST.set, h)
         return loop.create_task(coro, context=context)
+
+    # -- clocks ------------------------------------------------------------
+
+    def set_clock(
+        self, host: str, *, offset: float | None = None, drift: float | None = None
+    ) -> None:
+        """Set the wall clock code on *host* reads (``time.time()``,
+        ``datetime.now()``): *offset* seconds ahead of the loop's clock now
+        (negative: behind; not given: where it is, so it does not jump), and
+        from now on gaining *drift* seconds a second (0.01: 1% fast; not
+        given: unchanged). The loop's time, its timers and ``time.monotonic()``
+        stay the same on every host (see ``clocks``)."""
+        self._kernel.host(host)
+        now = self._now()
+        offset, drift = self._clocks.set(host, now, offset=offset, drift=drift)
+        self._kernel.record("clock", host, host, f"offset={offset:+g} drift={drift:+g}")
+
+    def wall_time(self, host: str | None = None, *, now: float | None = None) -> float:
+        """The wall-clock time on *host* (None: the host the running code is
+        on), in seconds since the Unix epoch, at loop time *now* (None: the
+        loop's time now)."""
+        name = self._kernel.current_host().name if host is None else host
+        at = self._now() if now is None else now
+        return EPOCH + at + self._clocks.offset(name, at)
+
+    def _now(self) -> float:
+        loop = self._kernel.loop
+        return loop.time() if loop is not None else 0.0
+
+    # -- disks -------------------------------------------------------------
+
+    @property
+    def disks(self) -> Disks:
+        """The simulated file systems of every host (``disk.Disks``)."""
+        return self._disks
+
+    def mount(
+        self,
+        host: str,
+        path: str | os.PathLike[str],
+        *,
+        capacity: int | None = None,
+        unsynced: Unsynced = "torn",
+        faults: float = 0.0,
+    ) -> Mount:
+        """Simulate the file system under *path* (absolute) for code on *host*:
+        every file and directory there is the simulation's (empty at first),
+        and the same path on another host is another one. A crash of *host*
+        keeps only what was made durable (``fsync``, a directory's ``fsync``
+        for names), tearing or losing the rest (*unsynced*: ``"torn"`` or
+        ``"lost"``). *capacity*: bytes it holds (``ENOSPC`` past it).
+        *faults*: the probability that a write or ``fsync`` fault point fires
+        (on the seeds that enable it), failing with ``EIO`` or ``ENOSPC``.
+        See ``disk`` for the model."""
+        self._kernel.host(host)
+        return self._disks.mount(
+            host, os.fspath(path), capacity=capacity, unsynced=unsynced, faults=faults
+        )
+
+    def disk_fault(
+        self,
+        host: str,
+        error: str | int = "EIO",
+        *,
+        path: str | os.PathLike[str] | None = None,
+        calls: tuple[str, ...] = ("write", "fsync"),
+        count: int = 1,
+    ) -> None:
+        """Fail the next *count* of *host*'s simulated *calls* (``"write"``,
+        ``"fsync"``) on *path* (a file, or everything under a directory; None:
+        any) with *error* (``"EIO"``, ``"ENOSPC"`` or an errno)."""
+        code = getattr(errno, error) if isinstance(error, str) else int(error)
+        unknown = set(calls) - {"write", "fsync"}
+        if unknown:
+            raise ValueError(f"calls are 'write' and 'fsync', not {sorted(unknown)}")
+        where = None if path is None else os.path.normpath(os.fspath(path))
+        self._disks.inject(host, code, path=where, calls=frozenset(calls), count=count)
+        self._kernel.record("disk-fault-set", host, host, f"{errno.errorcode[code]} x{count}")
 
     # -- faults ------------------------------------------------------------
 
@@ -249,6 +340,7 @@ class SimNetwork:
             return
         self._kernel.record("crash", host, host, "")
         self._kernel.crash(h)
+        self._disks.crash(host)
         loop = self._kernel.running_loop()
         for task in asyncio.all_tasks(loop):
             if self._side.host_of(task) is h:
