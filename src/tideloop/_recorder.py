@@ -138,6 +138,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import itertools
 import os
@@ -305,7 +306,7 @@ def suspension(coro: Any) -> tuple[Site | None, str | None]:
             # The call the program made (``StreamReader.readline``), not the
             # helper it ended in (``StreamReader._wait_for_data``).
             if leaf is None:
-                leaf = code.co_qualname
+                leaf = _api_name(code)
         else:
             site = _code_site(code, frame.f_lineno)
             leaf = None
@@ -331,7 +332,13 @@ def caller(depth: int = 2, entry: str = "") -> tuple[Site | None, str]:
     up (counted as `caller_site` counts them), and the library call the
     program made there: ``asyncio.sleep``, ``StreamWriter.write``,
     ``loop.create_connection`` (the outermost library frame below the
-    program's), or *entry* when it called the recorded entry point itself."""
+    program's), or *entry* when it called the recorded entry point itself.
+
+    Inside a callback, the walk ends at the callback's own frames: a line
+    outside them (the one that started the loop) did not arm a timer its
+    callback armed. The site is then None: the loop's own doing (a
+    transport's, a library's callback).
+    """
     try:
         frame: FrameType | None = sys._getframe(depth)
     except ValueError:
@@ -341,6 +348,8 @@ def caller(depth: int = 2, entry: str = "") -> tuple[Site | None, str]:
     n = 0
     while frame is not None and n < _MAX_DEPTH:
         code = frame.f_code
+        if code in _RUN_PHASE:
+            return None, api
         if not _is_library(code.co_filename):
             return _code_site(code, frame.f_lineno), api
         api = _api_name(code)
@@ -360,6 +369,14 @@ _LOOP_CLASSES: Final = frozenset(
     {c.__name__ for c in Loop.__mro__ if c is not object} | {"BaseEventLoop"}
 )
 _ASYNCIO_DIR: Final = _LIBRARY_DIRS[0]
+#: The frames a callback runs in (its handle's ``_run``, the loop's timed
+#: run phase, where a recorder makes every callback run): a walk out of a
+#: callback stops there.
+_RUN_PHASE: Final = frozenset(
+    cls.__dict__["_run"].__code__
+    for cls in (asyncio.Handle, getattr(asyncio.events, "_ThreadSafeHandle", asyncio.Handle))
+    if "_run" in cls.__dict__
+) | {Loop._run_ready_timed.__code__, Loop._run_handle_debug.__code__}
 
 
 def _api_name(code: CodeType) -> str:
@@ -381,6 +398,9 @@ def describe_callback(callback: object) -> str:
     """A callback by what it calls: ``Class.method``, a function's qualified name."""
     func: Any = getattr(callback, "func", None)  # functools.partial
     if func is not None and callable(func):
+        args = getattr(callback, "args", ())
+        if isinstance(getattr(func, "__self__", None), contextvars.Context) and args:
+            return describe_callback(args[0])  # to_thread: partial(context.run, func)
         return describe_callback(func)
     owner = getattr(callback, "__self__", None)
     name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
@@ -480,6 +500,13 @@ class _Tap:
         self._iter_events = 0
         self._iter_blocked_at = loop._counters.idle_time
         self._job_threads = threading.local()
+        # Another thread's call_soon_threadsafe queues its handle and wakes
+        # the loop before the wrapper can note what caused it: the loop may
+        # run the handle first. The wrapper holds this lock from the call to
+        # the note (and counts itself in `_storing`), and `before` waits for
+        # it when it finds no note while one is being made.
+        self._storing_lock = threading.Lock()
+        self._storing = 0
 
     # ------------------------------------------------------------------
     # Attaching
@@ -645,7 +672,8 @@ class _Tap:
             if type(owner) is not _Task and not isinstance(owner, asyncio.Task):
                 self._cur = None
                 return
-            self._cur = (cb, None, 0, 0, "?", 0.0, -1, "", 0, "")
+            # Loop time unknown (-1.0): not read per step when light.
+            self._cur = (cb, None, 0, 0, "?", -1.0, -1, "", 0, "")
             self.current_task = self._first_step(owner)
             return
         args: Any = handle._args
@@ -664,6 +692,9 @@ class _Tap:
         target = ""
         timer = 0
         queued = self._queued.pop(id(key), None) if self._queued else None
+        if queued is None and self._storing:
+            with self._storing_lock:
+                queued = self._queued.pop(id(key), None)
         if queued is not None:
             _, cause, source, fd, mode, target = queued
         elif isinstance(handle, asyncio.TimerHandle):
@@ -802,7 +833,7 @@ class _Tap:
                 "step",
                 self.number,
                 start,
-                time or start,
+                time if time >= 0.0 else self._now(),
                 took,
                 self._thread,
                 info.number,
@@ -968,17 +999,24 @@ class _Tap:
 
         @functools.wraps(before)
         def call_soon_threadsafe(*args: Any, **kwargs: Any) -> asyncio.Handle:
-            handle = before(*args, **kwargs)
-            if tap.full:
-                if threading.get_ident() == getattr(tap.loop(), "_thread_id", None):
-                    cause = tap.current
-                else:
-                    # From another thread: the job that thread ran last, if any.
-                    cause = getattr(tap._job_threads, "seq", 0)
-                # setdefault: what queued it may have told the recorder
-                # already (`Recorder.queued`, from the loop's thread), and
-                # knows better than this thread.
-                tap._queued.setdefault(id(handle), (handle, cause, "thread", -1, "", ""))
+            if not tap.full:
+                return before(*args, **kwargs)
+            if threading.get_ident() == getattr(tap.loop(), "_thread_id", None):
+                handle = before(*args, **kwargs)
+                tap._queued[id(handle)] = (handle, tap.current, "thread", -1, "", "")
+                return handle
+            # From another thread: caused by the job that thread ran last, if any.
+            cause = getattr(tap._job_threads, "seq", 0)
+            with tap._storing_lock:
+                tap._storing += 1
+                try:
+                    handle = before(*args, **kwargs)
+                    # setdefault: what queued it may have told the recorder
+                    # already (`Recorder.queued`, from the loop's thread),
+                    # and knows better than this thread.
+                    tap._queued.setdefault(id(handle), (handle, cause, "thread", -1, "", ""))
+                finally:
+                    tap._storing -= 1
             return handle
 
         return call_soon_threadsafe

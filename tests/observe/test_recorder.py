@@ -96,7 +96,7 @@ def test_steps_name_the_task_its_coroutine_and_the_lines_it_waited_at() -> None:
     assert all(s.args["coro"].endswith("child") for s in steps)
     first, second, last = steps
     assert first.args["suspended"] == Site(HERE, line_of("marker: child-sleep"), first.args["coro"])
-    assert first.args["waits_in"] == "sleep"
+    assert first.args["waits_in"] == "asyncio.sleep"
     assert second.args["resumed"] == first.args["suspended"]
     assert second.args["suspended"].line == line_of("marker: child-yield")
     assert last.args["suspended"] is None and last.args["resumed"].line == line_of("child-yield")

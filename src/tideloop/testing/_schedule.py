@@ -108,6 +108,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tideloop._core.clock import PollFn, WaitFn
 from tideloop._core.handles import ReadyQueue
 from tideloop._core.interfaces import LoopView, TimerTie
+from tideloop._recorder import RecordedJob
 
 from . import _where
 from ._strategy import DecisionLog, RandomStrategy, Strategy
@@ -407,6 +408,9 @@ class Perturber:
         rec = self._rec
         if rec is None:
             return
+        submitted = func
+        if isinstance(func, RecordedJob):
+            func = func.__wrapped__  # the recorder's: it runs the program's
         site, api = _where.here()
         expr = _where.argument_text(site, "run_in_executor", 1) or _where.argument_text(
             site, "to_thread", 0
@@ -428,7 +432,7 @@ class Perturber:
         if task is not None:
             info["task"] = {"task": task.get_name(), "coro": _where.task_words(task)["coro"]}
         self._jobs[job] = info
-        rec.job_submitted(info)
+        rec.job_submitted(job, submitted, info)
 
     # ------------------------------------------------------------------
     # Timers armed
@@ -459,7 +463,6 @@ class Perturber:
         if task is not None:
             info["task"] = {"task": task.get_name(), "coro": _where.task_words(task)["coro"]}
         self._armed[handle] = info
-        self._rec.timer_armed(handle, info)
 
     def _timer_words(self, handle: asyncio.TimerHandle) -> dict[str, Any]:
         info = self._armed.get(handle)
@@ -508,7 +511,7 @@ class Perturber:
         held = self._held
         rec = self._rec
         if rec is not None:
-            rec.iteration()
+            rec.waiting()
         if self.wakeups and (self._ready or self._delayed):
             self._vary_steps()
             if self._delayed or self._ready:
@@ -541,8 +544,8 @@ class Perturber:
             self._admit()
         if events or self._deferred:
             events = self._perturb(events)
-        if rec is not None and (events or self._deferred):
-            rec.ready(events, self._deferred)
+        if rec is not None and self._deferred:
+            rec.deferred(self._deferred)
         return events
 
     def _release(self, which: list[_Held]) -> None:
