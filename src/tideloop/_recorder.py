@@ -1,11 +1,25 @@
 """The recorder: one record of what tideloop loops did, shown three ways.
 
-Layer: top. Perfetto traces (``tideloop.trace``, ``python -m tideloop
---trace``), the live console (``python -m tideloop console``) and
-``tideloop.testing``'s timeline all read what a `Recorder` recorded. It
-records in the program's terms: tasks by name and coroutine, the line each
-one was suspended at, the line that armed a timer or submitted a job, the
-peer of a connection that turned readable.
+Layer: top. There is one way to record what a loop did, and three readers
+of it:
+
+- Perfetto traces (``tideloop.trace``, ``python -m tideloop --trace``,
+  ``_trace``) subscribe to a recorder and write each event as it comes;
+- the live console (``python -m tideloop console``, ``_console``) attaches
+  one with ``events=False`` while a client looks, and reads its task
+  statistics, slow callbacks and errors;
+- ``tideloop.testing``'s timeline (``testing/_recording.py``) attaches one
+  to every loop of a failing schedule's recorded replay (when the loop
+  first waits, before it runs a callback), and adds what only testing
+  knows with `Recorder.note` (the schedule's deviations, deferred
+  readiness, held thread results, a simulated network's messages and
+  faults, the failure) and `Recorder.queued` (a held result's delivery
+  names its arrival as its cause).
+
+It records in the program's terms: tasks by name and coroutine, the line
+each one was suspended at and the call it waits in, the line that armed a
+timer or submitted a job and the library call it made there, the peer of a
+connection that turned readable.
 
 The API (stable: other modules build on it)
 -------------------------------------------
@@ -24,11 +38,19 @@ The API (stable: other modules build on it)
 
     rec.events       # list[Event], in the order they completed (see Event)
     rec.tasks        # dict[int, TaskInfo]: every task seen, by its number
+    rec.task_info(n) # the TaskInfo of task number n (None: never seen)
     rec.slow         # deque[Event]: the latest steps/callbacks that took >= slow s
-    rec.dropped      # events not kept (limit)
+    rec.dropped      # events not kept (limit; limit=0 keeps none: subscribers only)
     rec.subscribe(fn)  # fn(event) for each event as it is recorded (any thread)
-    rec.note(loop, kind, name, **args)  # an event of one's own: a simulated
-                                        # message, a fault, a deviation...
+
+    # The extension point: what records things of its own into the same stream.
+    rec.note(loop, kind, name, cause=None, **args)  # an event of one's own: a
+                          # simulated message, a fault, a deviation... (cause: the
+                          # seq of the event that made it happen; default: the
+                          # callback running now)
+    rec.queued(loop, handle, cause, source)  # for what queues handles itself (a
+                          # schedule holding a thread's result): the event of the
+                          # handle's callback names *cause* and *source*
 
 ``events=False`` records the cheap part only: task statistics
 (`TaskInfo`: steps, busy time, wake-ups), slow steps and callbacks, and
@@ -61,22 +83,28 @@ kind           args
 ``step``       a task's step. ``coro`` (the coroutine's qualified name),
                ``resumed`` and ``suspended`` (a `Site`: where the task's
                own code was suspended before and after the step; None
-               when unknown or finished), ``waits_in`` (the library
-               function the await ended in, e.g. ``sleep``, or None),
+               when unknown or finished), ``waits_in`` (the library call
+               the program's frame waits in, as the program names it:
+               ``asyncio.sleep``, ``StreamReader.readline``, or None),
                ``outcome`` (``await``, ``yield`` (a bare yield: it woke
                itself), ``done``, ``error``, ``cancelled``), ``source``,
                ``slow`` (bool: it ran at least the lowest ``slow``
                threshold of the recorders attached). ``task`` is set.
 ``callback``   any other callback. ``callback`` (its description),
                ``source``, ``slow``; for I/O ``fd`` and ``mode``; for a
-               timer ``timer`` (number) and ``lag`` (seconds late).
+               timer ``timer`` (number) and ``lag`` (seconds late); for a
+               transport's own callback ``transport`` (its peer).
 ``io``         an fd the poll reported ready: ``fd``, ``mode`` (``read``
                or ``write``), ``target`` (the transport's peer, or the
                callback, as text). The callback it queued has it as cause.
 ``timer``      a timer armed (``call_later``/``call_at``): ``timer``,
                ``delay``, ``when`` (loop time), ``site`` (a `Site`: the
-               program's line that armed it), ``callback``.
-``job``        an executor job submitted: ``job``, ``func``, ``site``.
+               program's line that armed it; None when a callback with no
+               line of the program's in it did), ``api`` (the call the
+               program made there: ``asyncio.sleep``, ``asyncio.timeout``,
+               ``StreamWriter.write``, ``loop.call_later``), ``callback``.
+``job``        an executor job submitted: ``job``, ``func``, ``site``,
+               ``api`` (``asyncio.to_thread``, ``loop.run_in_executor``).
 ``job-run``    the job ran (in its worker thread): ``job``, ``ok``,
                ``thread_name``.
 ``spawn``      a subprocess started: ``pid``, ``program``, ``site``;
@@ -122,9 +150,14 @@ one. Attached, a tap:
 Detaching puts everything back (an attribute someone else replaced since
 is left to them; the tap's version then passes calls through). A job of
 the default executor or a ``ThreadPoolExecutor`` runs inside a small
-callable that records its start and end (its traceback has one more
-frame); other executors' jobs (a process pool must pickle the function)
-are not recorded. Nothing else the program sees changes.
+callable that records its start and end, a `RecordedJob` (its traceback
+has one more frame; ``__wrapped__`` is the program's function); other
+executors' jobs (a process pool must pickle the function) are not
+recorded. Another thread's ``call_soon_threadsafe`` holds a lock of the
+tap's from queuing its handle to noting it, and the loop waits for it only
+when it runs a handle it finds no note for while one is being made (the
+waker's write lets the loop run the handle first). Nothing else the
+program sees changes.
 
 Invariants: a tap touches its loop only from the loop's thread, except the
 events of worker threads, which are appended whole (a list append and an

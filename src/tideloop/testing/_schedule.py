@@ -78,10 +78,13 @@ concerns in the program's terms (``_where``): the task that reads a
 connection and the connection's ends; the line that armed a timer and its
 delay; the function an executor job runs and the line that submitted it;
 the thread and the line that called ``call_soon_threadsafe``; the timers a
-held result came after. It hands the recording every timer armed, job
-submitted, fd dispatched and decision made. Without a recording none of
-this runs: a search pays one call per timer armed (`TimerTie`), nothing
-more.
+held result came after. What the loop did (steps, timers, I/O, jobs) the
+recording takes from the loop's recorder (``tideloop.Recorder``, which the
+recording attaches when the loop first waits: `LoopRecorder.waiting`); the
+Perturber tells it only what is the schedule's own: the fds it defers,
+the thread results it holds (and when each arrives), its jobs' words.
+Without a recording none of this runs: a search pays one call per timer
+armed (`TimerTie`), nothing more, and no recorder is attached.
 
 Reproducibility: decisions are keyed by identity, so the same strategy
 makes the same decisions whenever the program presents the same points. A
