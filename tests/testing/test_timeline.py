@@ -75,6 +75,7 @@ async def everything_the_loop_does() -> None:
     await proc.wait()
     loop.call_soon(_bad_callback)
     await asyncio.sleep(0.001)  # marker: sleep
+    await asyncio.gather(asyncio.sleep(0.002))  # a task whose coroutine is asyncio.sleep
     assert len(errors) == 1 and total == 0, total  # marker: fails
 
 
@@ -152,6 +153,11 @@ def test_the_timeline_shows_what_the_loops_recorder_recorded(loop_tape: Tape) ->
     (armed,) = [e for e in of("armed") if "asyncio.sleep for 1 ms" in e["text"]]
     assert _where(armed["text"]) == line_of("marker: sleep")
     assert any(e["timer"] == armed["timer"] and e["seq"] > armed["seq"] for e in of("timer"))
+    # A task of gather's sleeps: no line of the program's armed it, but its
+    # timer is the program's, on its own lane; explore's own time limit is not.
+    (gathered,) = [e for e in of("armed") if e["text"] == "arms asyncio.sleep for 2 ms"]
+    assert gathered["lane"] not in (job["lane"], "loop:0")
+    assert all(e["detail"]["delay"] < 1 for e in of("armed")), of("armed")
     # The failure, at its line, last of the task's.
     (failure,) = of("failure")
     assert failure["text"].startswith("fails: AssertionError")

@@ -122,6 +122,11 @@ def site_words(site: Site | None) -> dict[str, Any] | None:
     return words
 
 
+def _private(name: str) -> bool:
+    """Whether a call named *name* is nothing a program calls (``_within``)."""
+    return not name or name.rsplit(".", 1)[-1].startswith("_")
+
+
 def _programs(site: Site | None) -> bool:
     """Whether *site* is a line of the program's (or an installed library's),
     not of tideloop, the standard library or a test runner."""
@@ -688,27 +693,35 @@ class LoopRecorder:
     def _armed(self, event: Event) -> None:
         a = event.args
         site: Site | None = a["site"]
-        lane = self.task_lane(event.task)
-        api = a.get("api")
-        if not api or api in ("loop.call_later", "loop.call_at"):
-            api = None  # called directly: what it calls says more
+        called: str = a.get("api") or ""
+        api = "" if called in ("loop.call_later", "loop.call_at") else called
+        # Called directly, what it calls says more.
         what = api or _where.short_name(a["callback"])
         words = f"arms {what} for {_seconds(a['delay'])}"
         seq = -1
-        if _programs(site):
-            where = site_words(site)
-            assert where is not None
-            words += f" at {where['where']}"
-            detail = {
+        mine = _programs(site)
+        # A task's timer with no line of the program's on the stack (a task
+        # whose coroutine is asyncio.sleep itself, gather's) is still the
+        # program's, if what armed it is a public call; a callback's, or a
+        # private helper's (a runner's time limit), is the loop's own.
+        if mine or (event.task and not _private(called)):
+            lane = self.task_lane(event.task, event)
+            detail: dict[str, Any] = {
                 "when": a["when"],
                 "delay": a["delay"],
                 "callback": _where.short_name(a["callback"]),
-                "api": a.get("api"),
-                "site": where,
+                "api": called or None,
             }
+            if mine:
+                where = site_words(site)
+                assert where is not None
+                words += f" at {where['where']}"
+                detail["site"] = where
             seq = self._add(event, "armed", lane, words, detail, timer=a["timer"])
-        # Else armed by no line of the program's (the loop's own timers): not
-        # drawn, but what it does when it fires is (a message it delivers).
+        else:
+            # Not drawn, but what it does when it fires is (a message it
+            # delivers), as done where it was armed.
+            lane = self.task_lane(event.task, event) if event.task else self.loop_lane()
         timers = self._timers
         if len(timers) >= _TIMERS_KEPT:
             for key in list(timers)[: _TIMERS_KEPT // 2]:
