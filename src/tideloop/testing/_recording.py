@@ -182,7 +182,7 @@ class Recording:
 
     def finish(self, exc: BaseException | None) -> None:
         """The run ended, raising *exc* (None: it passed)."""
-        self._drain()
+        self._drain(everything=True)
         self.recorder.detach()
         # A held result's detail gains the timers it came after only once
         # it is admitted: its words are final now.
@@ -221,13 +221,20 @@ class Recording:
             # submission, which is recorded once the executor has it.
             self._drain()
 
-    def _drain(self) -> None:
+    def _drain(self, *, everything: bool = False) -> None:
+        """Take the other threads' events of the loops this thread runs
+        (*everything*: of every loop; the run is over)."""
         later = self._later
-        while later:
+        me = threading.get_ident()
+        for _ in range(len(later)):
             event = later.popleft()
             rec = self._taps.get(event.loop)
-            if rec is not None:
+            if rec is None:
+                continue
+            if everything or rec.thread == me:
                 rec.take(event)
+            else:
+                later.append(event)  # its loop's thread takes it
 
     # -- what the loops' recorders share ------------------------------------
 
