@@ -709,9 +709,11 @@ class LoopRecorder:
         mine = _programs(site)
         # A task's timer with no line of the program's on the stack (a task
         # whose coroutine is asyncio.sleep itself, gather's) is still the
-        # program's, if what armed it is a public call; a callback's, or a
-        # private helper's (a runner's time limit), is the loop's own.
-        if mine or (event.task and not _private(called)):
+        # program's, if what armed it is a public call of a library's; a
+        # callback's, a private helper's (a runner's time limit) or the
+        # loop's own method's (loop.shutdown_default_executor's, which a
+        # runner calls) is the loop's.
+        if mine or (event.task and not _private(called) and not called.startswith("loop.")):
             lane = self.task_lane(event.task, event)
             detail: dict[str, Any] = {
                 "when": a["when"],
