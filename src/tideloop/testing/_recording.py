@@ -20,7 +20,9 @@ Perfetto traces read it too), and the timeline is one more way to show it:
   fds it defers (``deferred``), thread results it holds (``arrived``,
   with `Recorder.queued` so that the callback that finally delivers one
   names the arrival as its cause), the `SimNetwork`'s log (``message``
-  between hosts, ``fault``), and the failure (``failure``);
+  between hosts, ``fault``), and the failure (``failure``; one raised out
+  of the loop, a deadlock's, is added when the run is over and the loops
+  are closed: the timeline's last event);
 - the `LoopRecorder` words each event in the program's terms (``_where``:
   the tasks reading a connection, the hosts of a simulated network, the
   coroutine a runner's wrapper starts) while the loop's state is live, and
