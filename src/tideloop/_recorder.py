@@ -1,11 +1,25 @@
 """The recorder: one record of what tideloop loops did, shown three ways.
 
-Layer: top. Perfetto traces (``tideloop.trace``, ``python -m tideloop
---trace``), the live console (``python -m tideloop console``) and
-``tideloop.testing``'s timeline all read what a `Recorder` recorded. It
-records in the program's terms: tasks by name and coroutine, the line each
-one was suspended at, the line that armed a timer or submitted a job, the
-peer of a connection that turned readable.
+Layer: top. There is one way to record what a loop did, and three readers
+of it:
+
+- Perfetto traces (``tideloop.trace``, ``python -m tideloop --trace``,
+  ``_trace``) subscribe to a recorder and write each event as it comes;
+- the live console (``python -m tideloop console``, ``_console``) attaches
+  one with ``events=False`` while a client looks, and reads its task
+  statistics, slow callbacks and errors;
+- ``tideloop.testing``'s timeline (``testing/_recording.py``) attaches one
+  to every loop of a failing schedule's recorded replay (when the loop
+  first waits, before it runs a callback), and adds what only testing
+  knows with `Recorder.note` (the schedule's deviations, deferred
+  readiness, held thread results, a simulated network's messages and
+  faults, the failure) and `Recorder.queued` (a held result's delivery
+  names its arrival as its cause).
+
+It records in the program's terms: tasks by name and coroutine, the line
+each one was suspended at and the call it waits in, the line that armed a
+timer or submitted a job and the library call it made there, the peer of a
+connection that turned readable.
 
 The API (stable: other modules build on it)
 -------------------------------------------
@@ -24,11 +38,19 @@ The API (stable: other modules build on it)
 
     rec.events       # list[Event], in the order they completed (see Event)
     rec.tasks        # dict[int, TaskInfo]: every task seen, by its number
+    rec.task_info(n) # the TaskInfo of task number n (None: never seen)
     rec.slow         # deque[Event]: the latest steps/callbacks that took >= slow s
-    rec.dropped      # events not kept (limit)
+    rec.dropped      # events not kept (limit; limit=0 keeps none: subscribers only)
     rec.subscribe(fn)  # fn(event) for each event as it is recorded (any thread)
-    rec.note(loop, kind, name, **args)  # an event of one's own: a simulated
-                                        # message, a fault, a deviation...
+
+    # The extension point: what records things of its own into the same stream.
+    rec.note(loop, kind, name, cause=None, **args)  # an event of one's own: a
+                          # simulated message, a fault, a deviation... (cause: the
+                          # seq of the event that made it happen; default: the
+                          # callback running now)
+    rec.queued(loop, handle, cause, source)  # for what queues handles itself (a
+                          # schedule holding a thread's result): the event of the
+                          # handle's callback names *cause* and *source*
 
 ``events=False`` records the cheap part only: task statistics
 (`TaskInfo`: steps, busy time, wake-ups), slow steps and callbacks, and
@@ -61,22 +83,28 @@ kind           args
 ``step``       a task's step. ``coro`` (the coroutine's qualified name),
                ``resumed`` and ``suspended`` (a `Site`: where the task's
                own code was suspended before and after the step; None
-               when unknown or finished), ``waits_in`` (the library
-               function the await ended in, e.g. ``sleep``, or None),
+               when unknown or finished), ``waits_in`` (the library call
+               the program's frame waits in, as the program names it:
+               ``asyncio.sleep``, ``StreamReader.readline``, or None),
                ``outcome`` (``await``, ``yield`` (a bare yield: it woke
                itself), ``done``, ``error``, ``cancelled``), ``source``,
                ``slow`` (bool: it ran at least the lowest ``slow``
                threshold of the recorders attached). ``task`` is set.
 ``callback``   any other callback. ``callback`` (its description),
                ``source``, ``slow``; for I/O ``fd`` and ``mode``; for a
-               timer ``timer`` (number) and ``lag`` (seconds late).
+               timer ``timer`` (number) and ``lag`` (seconds late); for a
+               transport's own callback ``transport`` (its peer).
 ``io``         an fd the poll reported ready: ``fd``, ``mode`` (``read``
                or ``write``), ``target`` (the transport's peer, or the
                callback, as text). The callback it queued has it as cause.
 ``timer``      a timer armed (``call_later``/``call_at``): ``timer``,
                ``delay``, ``when`` (loop time), ``site`` (a `Site`: the
-               program's line that armed it), ``callback``.
-``job``        an executor job submitted: ``job``, ``func``, ``site``.
+               program's line that armed it; None when a callback with no
+               line of the program's in it did), ``api`` (the call the
+               program made there: ``asyncio.sleep``, ``asyncio.timeout``,
+               ``StreamWriter.write``, ``loop.call_later``), ``callback``.
+``job``        an executor job submitted: ``job``, ``func``, ``site``,
+               ``api`` (``asyncio.to_thread``, ``loop.run_in_executor``).
 ``job-run``    the job ran (in its worker thread): ``job``, ``ok``,
                ``thread_name``.
 ``spawn``      a subprocess started: ``pid``, ``program``, ``site``;
@@ -122,9 +150,14 @@ one. Attached, a tap:
 Detaching puts everything back (an attribute someone else replaced since
 is left to them; the tap's version then passes calls through). A job of
 the default executor or a ``ThreadPoolExecutor`` runs inside a small
-callable that records its start and end (its traceback has one more
-frame); other executors' jobs (a process pool must pickle the function)
-are not recorded. Nothing else the program sees changes.
+callable that records its start and end, a `RecordedJob` (its traceback
+has one more frame; ``__wrapped__`` is the program's function); other
+executors' jobs (a process pool must pickle the function) are not
+recorded. Another thread's ``call_soon_threadsafe`` holds a lock of the
+tap's from queuing its handle to noting it, and the loop waits for it only
+when it runs a handle it finds no note for while one is being made (the
+waker's write lets the loop run the handle first). Nothing else the
+program sees changes.
 
 Invariants: a tap touches its loop only from the loop's thread, except the
 events of worker threads, which are appended whole (a list append and an
@@ -138,6 +171,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import itertools
 import os
@@ -157,7 +191,7 @@ from ._loop import NEW_LOOP_OBSERVERS, Loop
 from ._pollers import READER_BITS, WRITER_BITS
 from ._transports.subprocess import SubprocessTransport
 
-__all__ = ["Event", "Recorder", "Site", "TaskInfo", "site_text"]
+__all__ = ["Event", "RecordedJob", "Recorder", "Site", "TaskInfo", "site_text"]
 
 _native_id = threading.get_native_id
 
@@ -302,8 +336,10 @@ def suspension(coro: Any) -> tuple[Site | None, str | None]:
             break
         code = frame.f_code
         if _is_library(code.co_filename):
-            if leaf is None or site is not None:
-                leaf = code.co_qualname
+            # The call the program made (``StreamReader.readline``), not the
+            # helper it ended in (``StreamReader._wait_for_data``).
+            if leaf is None:
+                leaf = _api_name(code)
         else:
             site = _code_site(code, frame.f_lineno)
             leaf = None
@@ -324,27 +360,80 @@ def await_chain(task: asyncio.Task[Any]) -> tuple[Site, ...]:
     return tuple(frames)
 
 
-def caller_site(depth: int = 2) -> Site | None:
-    """The innermost frame of the program's own code above *depth* frames up."""
+def caller(depth: int = 2, entry: str = "") -> tuple[Site | None, str]:
+    """The innermost frame of the program's own code above *depth* frames
+    up (counted as `caller_site` counts them), and the library call the
+    program made there: ``asyncio.sleep``, ``StreamWriter.write``,
+    ``loop.create_connection`` (the outermost library frame below the
+    program's), or *entry* when it called the recorded entry point itself.
+
+    Inside a callback, the walk ends at the callback's own frames: a line
+    outside them (the one that started the loop) did not arm a timer its
+    callback armed. The site is then None: the loop's own doing (a
+    transport's, a library's callback).
+    """
     try:
         frame: FrameType | None = sys._getframe(depth)
     except ValueError:
-        return None
+        return None, entry
     first: FrameType | None = frame
+    api = entry
     n = 0
     while frame is not None and n < _MAX_DEPTH:
         code = frame.f_code
+        if code in _RUN_PHASE:
+            return None, api
         if not _is_library(code.co_filename):
-            return _code_site(code, frame.f_lineno)
+            return _code_site(code, frame.f_lineno), api
+        api = _api_name(code)
         frame = frame.f_back
         n += 1
-    return None if first is None else _code_site(first.f_code, first.f_lineno)
+    return (None if first is None else _code_site(first.f_code, first.f_lineno)), api
+
+
+def caller_site(depth: int = 2) -> Site | None:
+    """The innermost frame of the program's own code above *depth* frames up."""
+    return caller(depth + 1)[0]
+
+
+#: The loop's classes: a library frame of one of their methods is a call of
+#: the loop's (``loop.create_connection``), whichever class defines it.
+_LOOP_CLASSES: Final = frozenset(
+    {c.__name__ for c in Loop.__mro__ if c is not object} | {"BaseEventLoop"}
+)
+_ASYNCIO_DIR: Final = _LIBRARY_DIRS[0]
+#: The frames a callback runs in (its handle's ``_run``, the loop's timed
+#: run phase, where a recorder makes every callback run): a walk out of a
+#: callback stops there.
+_RUN_PHASE: Final = frozenset(
+    cls.__dict__["_run"].__code__
+    for cls in (asyncio.Handle, getattr(asyncio.events, "_ThreadSafeHandle", asyncio.Handle))
+    if "_run" in cls.__dict__
+) | {Loop._run_ready_timed.__code__, Loop._run_handle_debug.__code__}
+
+
+def _api_name(code: CodeType) -> str:
+    """A library function as the program names it when it calls it."""
+    name = code.co_qualname
+    head, dot, _ = name.partition(".")
+    if dot:
+        if head in _LOOP_CLASSES:
+            return "loop." + name.rsplit(".", 1)[-1]
+        if head == "Timeout" and code.co_filename.startswith(_ASYNCIO_DIR):
+            return "asyncio.timeout"  # async with asyncio.timeout(...)
+        return name
+    if code.co_filename.startswith(_ASYNCIO_DIR):
+        return "asyncio." + name
+    return name
 
 
 def describe_callback(callback: object) -> str:
     """A callback by what it calls: ``Class.method``, a function's qualified name."""
     func: Any = getattr(callback, "func", None)  # functools.partial
     if func is not None and callable(func):
+        args = getattr(callback, "args", ())
+        if isinstance(getattr(func, "__self__", None), contextvars.Context) and args:
+            return describe_callback(args[0])  # to_thread: partial(context.run, func)
         return describe_callback(func)
     owner = getattr(callback, "__self__", None)
     name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
@@ -422,16 +511,17 @@ class _Tap:
         self._io_saved: tuple[Any, Any] | None = None
         # Per-task knowledge, by id(task) (a task's weak reference drops it).
         self.tasks: dict[int, TaskInfo] = {}
-        # Handles queued by call_soon/call_soon_threadsafe/the fd dispatch,
-        # by id: (handle, cause seq, source). The handle is kept so that its
-        # id cannot be reused while the entry exists.
-        self._queued: dict[int, tuple[object, int, str, int, str]] = {}
+        # Handles queued by call_soon/call_soon_threadsafe/the fd dispatch
+        # (or told of, `Recorder.queued`), by id: (handle, cause seq, source,
+        # fd, mode, the fd's target). The handle is kept so that its id
+        # cannot be reused while the entry exists.
+        self._queued: dict[int, tuple[object, int, str, int, str, str]] = {}
         # Timers armed while recording, by id: (handle, timer number, seq).
         self._timers: dict[int, tuple[object, int, int]] = {}
         # The callback running now: its seq and, for a step, its task's number.
         self.current = 0
         self.current_task = 0
-        self._cur: tuple[Any, Any, int, int, str, float, int, str, int] | None = None
+        self._cur: tuple[Any, Any, int, int, str, float, int, str, int, str] | None = None
         self._ident = threading.get_ident()
         self._thread = _native_id()
         #: The lowest slow threshold of the recorders attached.
@@ -443,6 +533,13 @@ class _Tap:
         self._iter_events = 0
         self._iter_blocked_at = loop._counters.idle_time
         self._job_threads = threading.local()
+        # Another thread's call_soon_threadsafe queues its handle and wakes
+        # the loop before the wrapper can note what caused it: the loop may
+        # run the handle first. The wrapper holds this lock from the call to
+        # the note (and counts itself in `_storing`), and `before` waits for
+        # it when it finds no note while one is being made.
+        self._storing_lock = threading.Lock()
+        self._storing = 0
 
     # ------------------------------------------------------------------
     # Attaching
@@ -558,7 +655,7 @@ class _Tap:
         loop = self.loop()
         return loop.time() if loop is not None else _real_time()
 
-    def note(self, kind: str, name: str, args: dict[str, Any]) -> Event:
+    def note(self, kind: str, name: str, args: dict[str, Any], cause: int | None) -> Event:
         real = _real_time()
         event = Event(
             self.next_seq(),
@@ -570,11 +667,22 @@ class _Tap:
             _native_id(),
             self.current_task,
             name,
-            self.current,
+            self.current if cause is None else cause,
             args,
         )
         self.emit(event)
         return event
+
+    def queued(self, handle: asyncio.Handle, cause: int, source: str) -> None:
+        if not self.full:
+            return
+        key: Any = handle
+        if type(handle) is LockedRun:
+            # As `before` sees it: the handle behind its locking runner.
+            inner = getattr(handle._callback, "__self__", None)
+            if inner is not None:
+                key = inner
+        self._queued[id(key)] = (key, cause, source, -1, "", "")
 
     # ------------------------------------------------------------------
     # The run phase (RunRecorder)
@@ -597,7 +705,8 @@ class _Tap:
             if type(owner) is not _Task and not isinstance(owner, asyncio.Task):
                 self._cur = None
                 return
-            self._cur = (cb, None, 0, 0, "?", 0.0, -1, "", 0)
+            # Loop time unknown (-1.0): not read per step when light.
+            self._cur = (cb, None, 0, 0, "?", -1.0, -1, "", 0, "")
             self.current_task = self._first_step(owner)
             return
         args: Any = handle._args
@@ -613,10 +722,14 @@ class _Tap:
         source = "?"
         fd = -1
         mode = ""
+        target = ""
         timer = 0
         queued = self._queued.pop(id(key), None) if self._queued else None
+        if queued is None and self._storing:
+            with self._storing_lock:
+                queued = self._queued.pop(id(key), None)
         if queued is not None:
-            _, cause, source, fd, mode = queued
+            _, cause, source, fd, mode, target = queued
         elif isinstance(handle, asyncio.TimerHandle):
             source = "timer"
             armed = self._timers.pop(id(handle), None) if self._timers else None
@@ -627,7 +740,7 @@ class _Tap:
         task = 0
         if type(owner) is _Task or isinstance(owner, asyncio.Task):
             task = self._first_step(owner)
-        self._cur = (cb, args, seq, cause, source, self._time(), fd, mode, timer)
+        self._cur = (cb, args, seq, cause, source, self._time(), fd, mode, timer, target)
         self.current = seq
         self.current_task = task
 
@@ -668,7 +781,7 @@ class _Tap:
         self._cur = None
         self.current = 0
         self.current_task = 0
-        cb, args, seq, cause, source, time, fd, mode, timer = cur
+        cb, args, seq, cause, source, time, fd, mode, timer, target = cur
         owner = getattr(cb, "__self__", None)
         slow = took >= self.slow_threshold
         full = self.full
@@ -687,6 +800,8 @@ class _Tap:
         if source == "timer" and isinstance(handle, asyncio.TimerHandle):
             details["timer"] = timer
             details["lag"] = max(0.0, time - handle.when())
+        if isinstance(owner, asyncio.BaseTransport):
+            details["transport"] = target or describe_transport(owner)
         self.emit(
             Event(
                 seq,
@@ -751,7 +866,7 @@ class _Tap:
                 "step",
                 self.number,
                 start,
-                time or start,
+                time if time >= 0.0 else self._now(),
                 took,
                 self._thread,
                 info.number,
@@ -885,7 +1000,7 @@ class _Tap:
                                 {"fd": fd, "mode": mode, "target": target},
                             )
                         )
-                        queued[id(handle)] = (handle, seq, "io", fd, mode)
+                        queued[id(handle)] = (handle, seq, "io", fd, mode, target)
             dispatch(events)
 
         recording_dispatch._tideloop_tap = self  # type: ignore[attr-defined]
@@ -905,7 +1020,7 @@ class _Tap:
         def call_soon(*args: Any, **kwargs: Any) -> asyncio.Handle:
             handle = before(*args, **kwargs)
             if tap.full:
-                tap._queued[id(handle)] = (handle, tap.current, "soon", -1, "")
+                tap._queued[id(handle)] = (handle, tap.current, "soon", -1, "", "")
             return handle
 
         return call_soon
@@ -917,22 +1032,32 @@ class _Tap:
 
         @functools.wraps(before)
         def call_soon_threadsafe(*args: Any, **kwargs: Any) -> asyncio.Handle:
-            handle = before(*args, **kwargs)
-            if tap.full:
-                if threading.get_ident() == getattr(tap.loop(), "_thread_id", None):
-                    cause = tap.current
-                else:
-                    # From another thread: the job that thread ran last, if any.
-                    cause = getattr(tap._job_threads, "seq", 0)
-                tap._queued[id(handle)] = (handle, cause, "thread", -1, "")
+            if not tap.full:
+                return before(*args, **kwargs)
+            if threading.get_ident() == getattr(tap.loop(), "_thread_id", None):
+                handle = before(*args, **kwargs)
+                tap._queued[id(handle)] = (handle, tap.current, "thread", -1, "", "")
+                return handle
+            # From another thread: caused by the job that thread ran last, if any.
+            cause = getattr(tap._job_threads, "seq", 0)
+            with tap._storing_lock:
+                tap._storing += 1
+                try:
+                    handle = before(*args, **kwargs)
+                    # setdefault: what queued it may have told the recorder
+                    # already (`Recorder.queued`, from the loop's thread),
+                    # and knows better than this thread.
+                    tap._queued.setdefault(id(handle), (handle, cause, "thread", -1, "", ""))
+                finally:
+                    tap._storing -= 1
             return handle
 
         return call_soon_threadsafe
 
-    def _arm(self, timer: asyncio.TimerHandle, delay: float, callback: Any) -> None:
+    def _arm(self, timer: asyncio.TimerHandle, delay: float, callback: Any, entry: str) -> None:
         number = next(self._timer_numbers)
         seq = self.next_seq()
-        site = caller_site(3)
+        site, api = caller(3, entry)
         described = describe_callback(callback)
         self._prune_timers()
         self._timers[id(timer)] = (timer, number, seq)
@@ -957,6 +1082,7 @@ class _Tap:
                     "delay": delay,
                     "when": timer.when(),
                     "site": site,
+                    "api": api,
                     "callback": described,
                 },
             )
@@ -980,7 +1106,7 @@ class _Tap:
             if tap.full:
                 delay = args[0] if args else kwargs.get("delay", 0.0)
                 callback = args[1] if len(args) > 1 else kwargs.get("callback")
-                tap._arm(timer, float(delay), callback)
+                tap._arm(timer, float(delay), callback, "loop.call_later")
             return timer
 
         return call_later
@@ -995,7 +1121,7 @@ class _Tap:
             timer = before(*args, **kwargs)
             if tap.full:
                 callback = args[1] if len(args) > 1 else kwargs.get("callback")
-                tap._arm(timer, float(timer.when()) - tap._now(), callback)
+                tap._arm(timer, float(timer.when()) - tap._now(), callback, "loop.call_at")
             return timer
 
         return call_at
@@ -1023,7 +1149,8 @@ class _Tap:
             real = _real_time()
             time = tap._now()
             described = describe_callback(func)
-            job = _Job(tap, number, seq, func, described)
+            site, api = caller(2, "loop.run_in_executor")
+            job = RecordedJob(tap, number, seq, func, described)
             future = before(args[0], job, *args[2:])
             tap.emit(
                 Event(
@@ -1037,7 +1164,7 @@ class _Tap:
                     tap.current_task,
                     f"job {number}: {described}",
                     tap.current,
-                    {"job": number, "func": described, "site": caller_site(2)},
+                    {"job": number, "func": described, "site": site, "api": api},
                 )
             )
             return future
@@ -1132,7 +1259,7 @@ class _Tap:
                 if isinstance(future, asyncio.Task):
                     details["task_name"] = future.get_name()
                     details["coro"] = _coro_name(future.get_coro())
-                tap.note("error", message or "error", details)
+                tap.note("error", message or "error", details, None)
             before(*args, **kwargs)
 
         return call_exception_handler
@@ -1158,16 +1285,24 @@ def _fd_target(handle: Any) -> str:
     return described
 
 
-class _Job:
-    """An executor job's function, run inside what records its start and end."""
+class RecordedJob:
+    """An executor job's function, run inside what records its start and end.
 
-    __slots__ = ("described", "func", "number", "seq", "tap")
+    It is what the executor is handed instead of the program's function
+    (a job of the default executor or of a ``ThreadPoolExecutor``, while a
+    recorder with ``events=True`` is attached): ``__wrapped__`` is the
+    program's function (as `functools.wraps` names it), ``event`` the
+    ``seq`` of the job's ``job`` event and ``loop`` its loop's number.
+    """
+
+    __slots__ = ("__wrapped__", "described", "event", "loop", "number", "tap")
 
     def __init__(self, tap: _Tap, number: int, seq: int, func: Any, described: str) -> None:
         self.tap = tap
         self.number = number
-        self.seq = seq
-        self.func = func
+        self.event = seq
+        self.loop = tap.number
+        self.__wrapped__ = func
         self.described = described
 
     def __call__(self, *args: Any) -> Any:
@@ -1176,12 +1311,12 @@ class _Job:
         time = tap._now()
         ok = False
         try:
-            result = self.func(*args)
+            result = self.__wrapped__(*args)
             ok = True
             return result
         finally:
             end = _real_time()
-            tap._job_threads.seq = self.seq
+            tap._job_threads.seq = self.event
             tap.emit(
                 Event(
                     tap.next_seq(),
@@ -1193,13 +1328,13 @@ class _Job:
                     _native_id(),
                     0,
                     f"job {self.number}: {self.described}",
-                    self.seq,
+                    self.event,
                     {"job": self.number, "ok": ok, "thread_name": threading.current_thread().name},
                 )
             )
 
     def __repr__(self) -> str:
-        return repr(self.func)
+        return repr(self.__wrapped__)
 
 
 class Recorder:
@@ -1300,18 +1435,48 @@ class Recorder:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
 
     def note(
-        self, loop: asyncio.AbstractEventLoop, kind: str, name: str, **args: Any
+        self,
+        loop: asyncio.AbstractEventLoop,
+        kind: str,
+        name: str,
+        *,
+        cause: int | None = None,
+        **args: Any,
     ) -> Event | None:
         """Record an event of the caller's own (None if *loop* is not recorded).
 
-        Its ``cause``, ``task`` and times are the loop's now: called from a
-        callback, the event points at that callback.
+        Its ``task`` and times are the loop's now, and so is its ``cause``
+        unless given (the ``seq`` of the event that made it happen): called
+        from a callback, the event points at that callback. *args* become
+        its ``args``; keep them plain data (a viewer may print them).
         """
-        with self._lock:
-            tap = next((t for t in self._taps if t.loop() is loop), None)
+        tap = self._tap(loop)
         if tap is None:
             return None
-        return tap.note(kind, name, args)
+        return tap.note(kind, name, args, cause)
+
+    def queued(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        handle: asyncio.Handle,
+        cause: int,
+        source: str = "?",
+    ) -> None:
+        """Say what queued *handle* on *loop*, where the recorder could not
+        see it queued: the event of its callback (or its task's step) then
+        has *cause* (an event's ``seq``) as its ``cause`` and *source* as its
+        ``source``. For whoever queues handles itself: a `Schedule`
+        (``tideloop.testing``'s Perturber) holding another thread's result
+        and queuing it later. Call it from the loop's thread, before the
+        handle runs; with ``events=False`` it does nothing.
+        """
+        tap = self._tap(loop)
+        if tap is not None:
+            tap.queued(handle, cause, source)
+
+    def _tap(self, loop: asyncio.AbstractEventLoop) -> _Tap | None:
+        with self._lock:
+            return next((t for t in self._taps if t.loop() is loop), None)
 
     # ------------------------------------------------------------------
 
@@ -1336,6 +1501,15 @@ class Recorder:
         with self._lock:
             taps = [t for t in self._taps if loop is None or t.loop() is loop]
         return [info for tap in taps for info in list(tap.tasks.values())]
+
+    def task_info(self, number: int) -> TaskInfo | None:
+        """The task events call *number* (with ``events=True``: any task seen
+        since attaching), or None."""
+        with self._lock:
+            info = self._tasks.get(number)
+        if info is None:
+            info = next((i for i in self.task_infos() if i.number == number), None)
+        return info
 
     def _seen(self, info: TaskInfo) -> None:
         if self.wants_events:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import gc
 import itertools
 import pickle
@@ -96,7 +97,7 @@ def test_steps_name_the_task_its_coroutine_and_the_lines_it_waited_at() -> None:
     assert all(s.args["coro"].endswith("child") for s in steps)
     first, second, last = steps
     assert first.args["suspended"] == Site(HERE, line_of("marker: child-sleep"), first.args["coro"])
-    assert first.args["waits_in"] == "sleep"
+    assert first.args["waits_in"] == "asyncio.sleep"
     assert second.args["resumed"] == first.args["suspended"]
     assert second.args["suspended"].line == line_of("marker: child-yield")
     assert last.args["suspended"] is None and last.args["resumed"].line == line_of("child-yield")
@@ -277,6 +278,107 @@ def test_io_readiness_names_the_fd_the_peer_and_wakes_the_reading_task() -> None
     readiness = seqs[callback.cause]
     assert readiness.kind == "io" and readiness.args["target"] == f"127.0.0.1:{port}"
     assert callback.args["fd"] == readiness.args["fd"] and callback.args["mode"] == "read"
+    # The transport's callback names it; the task waited in the call it made.
+    assert callback.args["transport"] == f"127.0.0.1:{port}"
+    before_read = next(s for s in main_steps(rec) if s.args["suspended"] == woke.args["resumed"])
+    assert before_read.args["waits_in"] == "StreamReader.readline"
+
+
+def test_timers_and_jobs_name_the_call_the_program_made() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.001)  # marker: api-sleep
+        fut = loop.create_future()
+        loop.call_later(0.001, fut.set_result, 1)  # marker: api-call-later
+        await fut
+        async with asyncio.timeout(5):  # marker: api-timeout
+            await asyncio.to_thread(len, "abc")  # marker: api-to-thread
+        await loop.run_in_executor(None, len, "abc")  # marker: api-run-in-executor
+
+    rec, _ = run_recorded(main)
+    timers = {t.args["site"].line: t.args["api"] for t in kinds(rec, "timer")}
+    assert timers == {
+        line_of("marker: api-sleep"): "asyncio.sleep",
+        line_of("marker: api-call-later"): "loop.call_later",
+        line_of("marker: api-timeout"): "asyncio.timeout",
+    }
+    jobs = kinds(rec, "job")
+    assert [(j.args["site"].line, j.args["api"], j.args["func"]) for j in jobs] == [
+        (line_of("marker: api-to-thread"), "asyncio.to_thread", "len"),
+        (line_of("marker: api-run-in-executor"), "loop.run_in_executor", "len"),
+    ]
+
+
+def test_a_timer_armed_by_a_callback_with_no_line_of_the_program_has_no_site() -> None:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        # The program's line queues the callback; what arms the timer is the
+        # loop's call, with nothing of the program's above it.
+        loop.call_soon(functools.partial(loop.call_later, 0.001, fut.set_result, 5))
+        return await fut
+
+    rec, value = run_recorded(main)
+    assert value == 5
+    (timer,) = [t for t in kinds(rec, "timer") if t.args["delay"] == 0.001]
+    assert timer.args["site"] is None and timer.args["api"] == "loop.call_later"
+    assert by_seq(rec)[timer.cause].kind == "callback"
+
+
+def test_what_queues_a_handle_itself_names_its_cause() -> None:
+    """`Recorder.queued` and `note(cause=)`: the extension point tideloop.testing's
+    schedule uses for the thread results it holds and queues later."""
+    rec = Recorder()
+    ran: list[int] = []
+
+    async def main() -> tuple[Event | None, Event | None]:
+        loop = asyncio.get_running_loop()
+        arrival = rec.note(loop, "arrived", "a thread's result arrives")
+        assert arrival is not None
+        handle = loop.call_soon(ran.append, 1)
+        rec.queued(loop, handle, arrival.seq, "thread")
+        later = rec.note(loop, "held", "named by its cause", cause=arrival.seq)
+        await asyncio.sleep(0)
+        return arrival, later
+
+    rec, (arrival, later) = run_recorded(main, rec)
+    assert ran == [1] and arrival is not None and later is not None
+    assert later.cause == arrival.seq and later.args == {}
+    (delivered,) = [c for c in kinds(rec, "callback") if c.args["callback"] == "list.append"]
+    assert delivered.cause == arrival.seq and delivered.args["source"] == "thread"
+    # Every task the events name can be looked up by its number.
+    step = kinds(rec, "step")[0]
+    info = rec.task_info(step.task)
+    assert info is not None and info.number == step.task and rec.task_info(10**9) is None
+
+
+def test_a_threads_call_soon_threadsafe_is_always_the_threads() -> None:
+    """The loop may run the handle before the wrapper has noted it: still "thread"."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        got: list[int] = []
+
+        def add(i: int) -> None:
+            got.append(i)
+            if len(got) == 300:
+                done.set_result(None)
+
+        def produce() -> None:
+            for i in range(300):
+                loop.call_soon_threadsafe(add, i)
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        await done
+        thread.join()
+        return len(got)
+
+    rec, count = run_recorded(main)
+    assert count == 300
+    added = [c for c in kinds(rec, "callback") if c.args["callback"].endswith("add")]
+    assert len(added) == 300 and {c.args["source"] for c in added} == {"thread"}
 
 
 def test_executor_jobs_record_submission_run_and_result() -> None:

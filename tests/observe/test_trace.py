@@ -95,7 +95,7 @@ def test_a_trace_of_a_workload_is_well_formed_and_in_the_programs_terms(tmp_path
     ident = napper_track[0]["id"]
     track = [e for e in trace_events if e.get("id") == ident and e["ph"] in "be"]
     waits = [e["name"] for e in track if e["ph"] == "b" and e["name"].startswith("await ")]
-    assert any("test_trace.py:" in w and "(sleep)" in w for w in waits), waits
+    assert any("test_trace.py:" in w and "(asyncio.sleep)" in w for w in waits), waits
     assert [e["args"]["outcome"] for e in track if e["ph"] == "e" and "args" in e] == ["done"]
     # I/O readiness and timers as instants, with the peer and the arming line.
     io = named(trace_events, "i", "io")

@@ -22,9 +22,10 @@ On top of that:
 - `record` replays a failing schedule once more with a `Recording`
   (``_recording``): its deviations get their details in the program's
   terms (``_where``; worded and classified as ordering or timing by
-  ``_report``) and the tape the run's events (``Tape.timeline``), which
-  ``_timeline`` draws and `Tape.trace` prints. `explore` does it for the
-  failure it returns.
+  ``_report``) and the tape the run's events (``Tape.timeline``: what the
+  loop's recorder, ``tideloop.Recorder``, recorded of it, with testing's
+  own events), which ``_timeline`` draws and `Tape.trace` prints.
+  `explore` does it for the failure it returns.
 
 With ``network=`` every run also gets a new `SimNetwork` (seeded with
 the run's seed; the scenario is called with it), recorded in the tape so

@@ -80,10 +80,13 @@ concerns in the program's terms (``_where``): the task that reads a
 connection and the connection's ends; the line that armed a timer and its
 delay; the function an executor job runs and the line that submitted it;
 the thread and the line that called ``call_soon_threadsafe``; the timers a
-held result came after. It hands the recording every timer armed, job
-submitted, fd dispatched and decision made. Without a recording none of
-this runs: a search pays one call per timer armed (`TimerTie`), nothing
-more.
+held result came after. What the loop did (steps, timers, I/O, jobs) the
+recording takes from the loop's recorder (``tideloop.Recorder``, which the
+recording attaches when the loop first waits: `LoopRecorder.waiting`); the
+Perturber tells it only what is the schedule's own: the fds it defers,
+the thread results it holds (and when each arrives), its jobs' words.
+Without a recording none of this runs: a search pays one call per timer
+armed (`TimerTie`), nothing more, and no recorder is attached.
 
 Reproducibility: decisions are keyed by identity, so the same strategy
 makes the same decisions whenever the program presents the same points. A
@@ -110,6 +113,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tideloop._core.clock import PollFn, WaitFn
 from tideloop._core.handles import ReadyQueue
 from tideloop._core.interfaces import LoopView, TimerTie
+from tideloop._recorder import RecordedJob
 
 from . import _where
 from ._strategy import DecisionLog, RandomStrategy, Strategy
@@ -413,6 +417,9 @@ class Perturber:
         rec = self._rec
         if rec is None:
             return
+        submitted = func
+        if isinstance(func, RecordedJob):
+            func = func.__wrapped__  # the recorder's: it runs the program's
         site, api = _where.here()
         expr = _where.argument_text(site, "run_in_executor", 1) or _where.argument_text(
             site, "to_thread", 0
@@ -434,7 +441,7 @@ class Perturber:
         if task is not None:
             info["task"] = {"task": task.get_name(), "coro": _where.task_words(task)["coro"]}
         self._jobs[job] = info
-        rec.job_submitted(info)
+        rec.job_submitted(job, submitted, info)
 
     # ------------------------------------------------------------------
     # Timers armed
@@ -465,7 +472,6 @@ class Perturber:
         if task is not None:
             info["task"] = {"task": task.get_name(), "coro": _where.task_words(task)["coro"]}
         self._armed[handle] = info
-        self._rec.timer_armed(handle, info)
 
     def _timer_words(self, handle: asyncio.TimerHandle) -> dict[str, Any]:
         info = self._armed.get(handle)
@@ -514,7 +520,7 @@ class Perturber:
         held = self._held
         rec = self._rec
         if rec is not None:
-            rec.iteration()
+            rec.waiting()
         if self.wakeups and (self._ready or self._delayed):
             self._vary_steps()
             if self._delayed or self._ready:
@@ -547,8 +553,8 @@ class Perturber:
             self._admit()
         if events or self._deferred:
             events = self._perturb(events)
-        if rec is not None and (events or self._deferred):
-            rec.ready(events, self._deferred)
+        if rec is not None and self._deferred:
+            rec.deferred(self._deferred)
         return events
 
     def _release(self, which: list[_Held]) -> None:

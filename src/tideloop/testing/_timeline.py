@@ -1,15 +1,16 @@
 """The timeline: a failing schedule's recorded run drawn as one HTML file, or printed as text.
 
 Layer: top (``tideloop.testing``). A tape's timeline (``Tape.timeline``, the
-lanes and events of its recorded replay, ``_recording``) is shown two ways,
-in the same terms:
+lanes and events of its recorded replay: the loop's recorder's events and
+testing's own, ``_recording``) is shown two ways, in the same terms:
 
 - `render_html`: ONE self-contained HTML file (its CSS, script and data
   inline, from the package resources in ``timeline/``; it loads and
   fetches nothing): one lane per host and per task
   (grouped by host), the loop's own callbacks in a lane of their own; task
   steps, where each task then waits, I/O readiness (deferred readiness
-  too), timers armed and firing, executor jobs from submission to result;
+  too), timers armed and firing, executor jobs from submission to their
+  run in a thread and their result, subprocesses, the loop's errors;
   messages between hosts as arrows and faults on their hosts (on a
   `SimNetwork`); the deviations highlighted across every lane; the failing
   assertion as a line at its time. The x axis is the run's order of events

@@ -66,7 +66,8 @@
     }
   });
   const legend = [["step", "#3b82f6"], ["timer", "#f97316"], ["I/O", "#06b6d4"], ["job", "#8b5cf6"],
-    ["message", "#059669"], ["fault", "#b91c1c"], ["deviation", "#d7263d"]];
+    ["subprocess", "#0d9488"], ["message", "#059669"], ["fault", "#b91c1c"], ["error", "#7f1d1d"],
+    ["deviation", "#d7263d"]];
   for (const [name, color] of legend) {
     const s = $("tl-legend").appendChild(document.createElement("span"));
     const i = s.appendChild(document.createElement("i"));
@@ -101,13 +102,18 @@
     if (last && last.loop === e.loop && last.it === e.it) last.end = e.seq;
     else iterations.push({ loop: e.loop, it: e.it, start: e.seq, end: e.seq, t: e.t });
   }
-  // Spans: a timer from armed to firing, a job from submission to its result.
-  const armedAt = new Map(), jobAt = new Map(), spans = [];
+  // Spans: a timer from armed to firing, a job from submission to its last
+  // mark (its run in a thread, its result's arrival and delivery). Timers and
+  // jobs are numbered per loop.
+  const armedAt = new Map(), jobAt = new Map(), jobEnd = new Map(), spans = [];
+  const key = (e, n) => e.loop + ":" + n;
   for (const e of events) {
-    if (e.kind === "armed") armedAt.set(e.timer, e);
-    else if (e.kind === "timer" && armedAt.has(e.timer)) spans.push(["timer", armedAt.get(e.timer), e]);
-    else if (e.kind === "job") jobAt.set(e.job, e);
+    if (e.kind === "armed") armedAt.set(key(e, e.timer), e);
+    else if (e.kind === "timer" && armedAt.has(key(e, e.timer))) spans.push(["timer", armedAt.get(key(e, e.timer)), e]);
+    else if (e.kind === "job") jobAt.set(key(e, e.job), e);
+    else if (e.job != null && jobAt.has(key(e, e.job))) jobEnd.set(key(e, e.job), e);
   }
+  for (const [k, end] of jobEnd) spans.push(["job", jobAt.get(k), end]);
   const failures = events.filter((e) => e.kind === "failure");
 
   function el(name, attrs, parent) {
@@ -125,8 +131,9 @@
       case "timer": case "armed": node = el("path", { d: `M${cx},${cy - r} L${cx + r},${cy} L${cx},${cy + r} L${cx - r},${cy} Z` }, g); break;
       case "deviation": node = el("path", { d: star(cx, cy, 8, 3.5) }, g); break;
       case "failure": node = el("path", { d: `M${cx - 6},${cy - 6} L${cx + 6},${cy + 6} M${cx + 6},${cy - 6} L${cx - 6},${cy + 6}`, stroke: "#d7263d", "stroke-width": 3 }, g); break;
-      case "fault": node = el("path", { d: `M${cx},${cy - 7} L${cx + 7},${cy + 6} L${cx - 7},${cy + 6} Z` }, g); break;
-      case "job": case "arrived": case "delivered": node = el("rect", { x: cx - r, y: cy - r, width: 2 * r, height: 2 * r, rx: e.kind === "job" ? 0 : r }, g); break;
+      case "fault": case "error": node = el("path", { d: `M${cx},${cy - 7} L${cx + 7},${cy + 6} L${cx - 7},${cy + 6} Z` }, g); break;
+      case "job": case "ran": case "arrived": case "delivered": node = el("rect", { x: cx - r, y: cy - r, width: 2 * r, height: 2 * r, rx: e.kind === "job" ? 0 : e.kind === "ran" ? 1.5 : r }, g); break;
+      case "spawn": case "exit": node = el("rect", { x: cx - r, y: cy - r, width: 2 * r, height: 2 * r, rx: e.kind === "spawn" ? 0 : r }, g); break;
       default: node = el("circle", { cx: cx, cy: cy, r: r }, g);
     }
     node.setAttribute("class", "ev ev-" + e.kind + (e.held ? " held" : ""));
