@@ -205,6 +205,10 @@ class _View:
     def pending_thread_jobs(self) -> int:
         return self._get()._jobs.pending
 
+    def thread_jobs(self) -> list[object]:
+        running = self._get()._jobs.running
+        return [] if running is None else list(running)
+
 
 class _LetGo:
     """When a loop closes, its components' references to it become weak.

@@ -37,7 +37,12 @@ the duration of a simulated run, and undone after it.
   sockets, latency and faults; its package docstring is the exact model.
 - `Deadlock` (``_deadlock``), `always`, `eventually` (``_properties``): a
   virtual-time run that can never wake is reported with every task's await
-  chain; properties checked after every callback.
+  chain; properties checked after every callback. `VirtualTimeWarning`
+  (``_threads``): virtual time moved on without a thread that tideloop
+  could not tell waiting from working.
+- The exceptions (`Deadlock`, `PropertyViolation`, `NondeterminismError`,
+  `RunTimeout`) and `VirtualTimeWarning` are public here and name this
+  module as theirs, so a traceback prints ``tideloop.testing.Deadlock``.
 - `sometimes`, `seeded_globals`, `check_determinism` (``_world``): fault
   points in a test's own code, the process-wide sources of chance and time
   a simulated run seeds, and the check that a seed replays.
@@ -62,12 +67,13 @@ from tideloop._pollers import Poller
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
-from ._explore import Exploration, Tape, diff, explore, replay, shrink
+from ._explore import Exploration, RunTimeout, Tape, diff, explore, replay, shrink
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._sim import SimNetwork, SimSocket
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
 from ._supervisor import VirtualTimeWatch
+from ._threads import VirtualTimeWarning
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
@@ -81,11 +87,13 @@ __all__ = [
     "PropertyViolation",
     "RandomStrategy",
     "ReplayStrategy",
+    "RunTimeout",
     "SimNetwork",
     "SimSocket",
     "Strategy",
     "Tape",
     "VirtualClock",
+    "VirtualTimeWarning",
     "allow_tideloop",
     "always",
     "check_determinism",
@@ -102,6 +110,12 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+# What a test sees fail prints (and pickles) by the name it is imported by:
+# ``tideloop.testing.Deadlock``, not the private module it is defined in.
+for _public in (Deadlock, NondeterminismError, PropertyViolation, RunTimeout, VirtualTimeWarning):
+    _public.__module__ = __name__
+del _public
 
 
 def new_event_loop(
