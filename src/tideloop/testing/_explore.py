@@ -73,6 +73,10 @@ class Tape:
     decisions: list[Decision] = field(default_factory=list)
     decision_count: int = 0
     shrunk_from: int | None = None
+    #: For a schedule with late task steps: how many schedules without them
+    #: were tried (none failed), of how many; None: not looked for.
+    plain_tried: int | None = None
+    plain_space: int = 0
 
     @classmethod
     def from_log(cls, log: DecisionLog, **kwargs: Any) -> Tape:
@@ -81,6 +85,8 @@ class Tape:
             deviations=deviations,
             decisions=list(log.decisions),
             decision_count=log.count,
+            plain_tried=log.plain_tried,
+            plain_space=log.plain_space,
             **kwargs,
         )
 
@@ -88,8 +94,10 @@ class Tape:
     def latent(self) -> bool:
         """Whether the failure needs a task step to be late (wake-up mode):
         a race one more await would expose, not one asyncio can produce
-        with the program as it is."""
-        return any(d.point[0] == "wake" for d in self.deviations)
+        with the program as it is. Only said of a shrunk failure for which
+        no schedule without late steps failed (`shrink_deviations` looks);
+        an unchecked schedule with late steps is not called latent."""
+        return self.plain_tried is not None and any(d.point[0] == "wake" for d in self.deviations)
 
     def strategy(self) -> ReplayStrategy:
         """A strategy that replays this tape."""
@@ -103,10 +111,28 @@ class Tape:
         lines += [f"  - {d.words or d.point}" for d in self.deviations]
         lines.append("  everything else in order")
         if self.latent:
+            if not self.plain_space:
+                tried = "this run meets no other decision point"
+            elif self.plain_tried == self.plain_space:
+                tried = (
+                    f"tried: all {self.plain_space} single and paired deviations at "
+                    "this run's other decision points"
+                )
+            else:
+                tried = (
+                    f"tried: {self.plain_tried} of the {self.plain_space} single and "
+                    "paired deviations at this run's other decision points"
+                )
             lines.append(
                 "  latent: this schedule needs a task step to come later than asyncio "
-                "queues it now; the program is right as it is, but one more await in "
-                "it or in a library it calls makes this failure possible"
+                f"queues it now; no schedule without a late step failed ({tried}), so "
+                "the program is right as asyncio runs it, but one more await in it or "
+                "in a library it calls makes this failure possible"
+            )
+        elif any(d.point[0] == "wake" for d in self.deviations):
+            lines.append(
+                "  (it has late task steps, the wake-up mode's; whether it fails "
+                "without them was not checked: it was not shrunk)"
             )
         return "\n".join(lines)
 
@@ -133,6 +159,8 @@ class Tape:
             "virtual_time": self.virtual_time,
             "wakeups": self.wakeups,
             "shrunk_from": self.shrunk_from,
+            "plain_tried": self.plain_tried,
+            "plain_space": self.plain_space,
             "deviations": [dump(d) for d in self.deviations],
             "decision_count": self.decision_count,
             "decisions": [dump(d) for d in self.decisions],
@@ -160,6 +188,8 @@ class Tape:
             decisions=[load(d) for d in data.get("decisions", ())],
             decision_count=int(data.get("decision_count", 0)),
             shrunk_from=data.get("shrunk_from"),
+            plain_tried=data.get("plain_tried"),
+            plain_space=int(data.get("plain_space", 0)),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -340,7 +370,60 @@ def shrink_deviations(
                 break
             best = failed
             devs = {p: d.value for p, d in failed.deviations.items()}
+    if any(p[0] == "wake" for p in devs):
+        # Latent only if asyncio cannot produce it: look for the same
+        # failure without late steps before saying so.
+        plain, tried, space = _plain_failure(best, trial)
+        if plain is not None:
+            best, more = shrink_deviations(plain, fails, budget=max(budget - runs, 0))
+            return best, runs + more
+        best.plain_tried, best.plain_space = tried, space
     return best, runs
+
+
+#: Schedules without late task steps tried, at most, before a failure that
+#: has them is called latent.
+PLAIN_BUDGET: Final = 200
+
+
+def _plain_failure(
+    log: DecisionLog, trial: Callable[[dict[Point, int]], DecisionLog | None]
+) -> tuple[DecisionLog | None, int, int]:
+    """A failing run without late task steps, if one is near *log*'s run.
+
+    Tries each deviation alone at the decision points *log*'s run met (but
+    its late steps), then each pair, up to `PLAIN_BUDGET` runs: (the first
+    that fails or None, runs made, candidates there were).
+    """
+    points: dict[Point, int] = {}
+    for d in log.decisions:
+        if d.point[0] != "wake" and d.n > 1:
+            points.setdefault(d.point, d.n)
+    singles = [(p, v) for p, n in points.items() for v in range(1, n)]
+    pairs = (
+        len(singles) * (len(singles) - 1) // 2
+        - sum((n - 1) * (n - 2) // 2 for n in points.values())  # same point twice
+    )
+    space = len(singles) + pairs
+    tried = 0
+    for p, v in singles:
+        if tried >= PLAIN_BUDGET:
+            return None, tried, space
+        tried += 1
+        failed = trial({p: v})
+        if failed is not None:
+            return failed, tried, space
+    for i, (p, v) in enumerate(singles):
+        for q, w in singles[i + 1 :]:
+            if q == p:
+                continue
+            if tried >= PLAIN_BUDGET:
+                return None, tried, space
+            tried += 1
+            failed = trial({p: v, q: w})
+            if failed is not None:
+                return failed, tried, space
+    return None, tried, space
 
 
 def shrink(
