@@ -198,6 +198,22 @@ class Tape:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         return path
 
+    def save_new(self, path: str | Path) -> tuple[Path, str]:
+        """Save to *path*, or, if a file is there, to the first free
+        ``NAME.1.json``, ``NAME.2.json``...: a tape is never overwritten
+        silently. The path written, and a sentence saying why it is not
+        *path* ("" when it is)."""
+        path = Path(path)
+        target = path
+        n = 0
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        self.save(target)
+        if target == path:
+            return target, ""
+        return target, f"{path} exists (another failure's tape): saved as {target.name}"
+
     @classmethod
     def load(cls, path: str | Path) -> Tape:
         return cls.from_json(json.loads(Path(path).read_text()))

@@ -115,6 +115,7 @@ class Endpoint:
         "fd",
         "generation",
         "host",
+        "in_flight",
         "inbox",
         "kernel",
         "kind",
@@ -155,6 +156,8 @@ class Endpoint:
         self.backlog: collections.deque[Endpoint] = collections.deque()
         self.backlog_max = 0
         self.last_arrival = 0.0
+        #: Stream segments on their way here, in the order sent (kernel._deliver).
+        self.in_flight: collections.deque[tuple[Any, Any, Any]] = collections.deque()
         self.options: dict[tuple[int, int], int] = {}
         self.ref: weakref.ref[socket.socket] | None = None
 

@@ -25,7 +25,9 @@ Invariants:
   (or until the socket is collected unclosed).
 - Segments of one direction of one stream connection arrive in the order
   sent: an arrival is never scheduled before the previous one
-  (``last_arrival``).
+  (``last_arrival``), and each arrival timer delivers the oldest segment in
+  flight (``in_flight``), so timers due at the same instant keep the order
+  whichever runs first.
 - The generator is drawn from only here, in the order the program's calls
   and the arrivals happen: the same seed and the same schedule give the
   same draws.
@@ -477,10 +479,21 @@ class Kernel:
             at += low if low == high else self._rng.uniform(low, high)
             if kind not in ("syn", "dgram"):
                 # One direction of one connection is a queue: never overtake.
+                # Two segments may be due at the same instant, and timers
+                # with one deadline may run in either order (a schedule
+                # varies it: a tie): each timer delivers the oldest segment
+                # in flight, so the bytes keep their order whatever order
+                # the timers run in, and none arrives before its time.
                 target: Endpoint = segment[1]
                 at = max(at, target.last_arrival)
                 target.last_arrival = at
+                target.in_flight.append((src, dst, segment))
+                loop.call_at(at, self._arrive_in_order, target)
+                continue
             loop.call_at(at, self._arrive, src, dst, segment)
+
+    def _arrive_in_order(self, target: Endpoint) -> None:
+        self._arrive(*target.in_flight.popleft())
 
     def _arrive(self, src: Host, dst: Host, segment: Any) -> None:
         kind = segment[0]
