@@ -27,7 +27,9 @@ shares; every run gets new loops, a new strategy and a new log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
+import inspect
 import json
 import math
 import os
@@ -41,9 +43,37 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._search import STRATEGIES, Options
+from ._sim import SimNetwork
 from ._strategy import Decision, DecisionLog, Point, ReplayStrategy, Strategy
 
 Scenario = Callable[[], Coroutine[Any, Any, object]]
+
+
+class NetworkScenario:
+    """A scenario on a simulated network: ``async def scenario(net)``.
+
+    Each run builds a `SimNetwork` of seed *seed* for its loop (virtual
+    time, as ``testing.run(..., network=net)``) and calls *fn* with it.
+    The schedules vary the loop's decisions (the network delivers through
+    timers and readiness, so they vary its timing too); *seed* fixes the
+    network's own draws (latencies, losses, fault points), and a tape
+    records it.
+    """
+
+    __slots__ = ("fn", "seed")
+
+    def __init__(
+        self, fn: Callable[[SimNetwork], Coroutine[Any, Any, object]], seed: int = 0
+    ) -> None:
+        self.fn = fn
+        self.seed = seed
+
+    def network(self) -> SimNetwork:
+        return SimNetwork(seed=self.seed)
+
+    def __repr__(self) -> str:
+        return f"<NetworkScenario {getattr(self.fn, '__qualname__', self.fn)!r} seed={self.seed}>"
+
 
 #: A run's limit in seconds of loop time when none is given (`attempt`):
 #: on the real clock, and on a virtual one (where hours pass in no time).
@@ -77,6 +107,8 @@ class Tape:
     #: were tried (none failed), of how many; None: not looked for.
     plain_tried: int | None = None
     plain_space: int = 0
+    #: A `NetworkScenario`'s network seed (None: not a network scenario).
+    network_seed: int | None = None
 
     @classmethod
     def from_log(cls, log: DecisionLog, **kwargs: Any) -> Tape:
@@ -161,6 +193,7 @@ class Tape:
             "shrunk_from": self.shrunk_from,
             "plain_tried": self.plain_tried,
             "plain_space": self.plain_space,
+            "network_seed": self.network_seed,
             "deviations": [dump(d) for d in self.deviations],
             "decision_count": self.decision_count,
             "decisions": [dump(d) for d in self.decisions],
@@ -190,6 +223,7 @@ class Tape:
             shrunk_from=data.get("shrunk_from"),
             plain_tried=data.get("plain_tried"),
             plain_space=int(data.get("plain_space", 0)),
+            network_seed=data.get("network_seed"),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -275,7 +309,7 @@ async def _within(scenario: Scenario, timeout: float) -> object:
 
 
 def attempt(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     strategy: Strategy,
     *,
     virtual_time: bool = False,
@@ -292,14 +326,30 @@ def attempt(
     """
     from . import run  # the package imports this module
 
+    body, net = _body(scenario)
+    virtual_time = virtual_time or net is not None
     if timeout is None:
         timeout = VIRTUAL_TIMEOUT if virtual_time else REAL_TIMEOUT
     log = DecisionLog(strategy)
     try:
-        run(_within(scenario, timeout), virtual_time=virtual_time, strategy=log, wakeups=wakeups)
+        run(
+            _within(body, timeout),
+            virtual_time=virtual_time,
+            strategy=log,
+            wakeups=wakeups,
+            network=net,
+        )
     except Exception as exc:
         return log, exc
     return log, None
+
+
+def _body(scenario: Scenario | NetworkScenario) -> tuple[Scenario, SimNetwork | None]:
+    """What a run awaits, and the network it runs on (a `NetworkScenario`'s)."""
+    if isinstance(scenario, NetworkScenario):
+        net = scenario.network()
+        return functools.partial(scenario.fn, net), net
+    return scenario, None
 
 
 @dataclass
@@ -443,7 +493,7 @@ def _plain_failure(
 
 
 def shrink(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     log: DecisionLog,
     *,
     virtual_time: bool = False,
@@ -477,7 +527,7 @@ def shrink(
 
 
 def explore(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     *,
     strategy: str = "random",
     schedules: int = 1000,
@@ -541,14 +591,16 @@ def explore(
                 **mode,
             )
             failure = shrunk_exc or failure
+        network = scenario if isinstance(scenario, NetworkScenario) else None
         result.tape = Tape.from_log(
             failing,
             found_by=found_by,
             scenario=name,
             failure=_describe_failure(failure),
-            virtual_time=virtual_time,
+            virtual_time=virtual_time or network is not None,
             wakeups=wakeups,
             shrunk_from=original if shrink_failure else None,
+            network_seed=None if network is None else network.seed,
         )
     result.seconds = time.perf_counter() - start
     return result
@@ -561,8 +613,10 @@ def explore(
 BATCH: Final = 20
 
 
-def load_scenario(spec: str) -> Scenario:
-    """``package.module:function`` (the current directory is importable)."""
+def load_scenario(spec: str) -> Scenario | NetworkScenario:
+    """``package.module:function`` (the current directory is importable): an
+    async function of no argument, or of one, a `SimNetwork` (a
+    `NetworkScenario`, network seed 0)."""
     module_name, sep, name = spec.partition(":")
     if not sep or not module_name or not name:
         raise ValueError(f"expected MODULE:FUNCTION, not {spec!r}")
@@ -573,6 +627,21 @@ def load_scenario(spec: str) -> Scenario:
         target = getattr(target, part)
     if not callable(target):
         raise ValueError(f"{spec} is not callable")
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        params = []  # type: ignore[assignment]
+    required = [
+        p
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(required) == 1:
+        return NetworkScenario(target)  # async def scenario(net)
+    if required:
+        raise ValueError(
+            f"{spec} takes {len(required)} arguments: a scenario takes none, or one (a SimNetwork)"
+        )
     scenario: Scenario = target
     return scenario
 
@@ -590,6 +659,8 @@ class SeedJob:
     virtual_time: bool
     timeout: float | None
     wakeups: bool = False
+    #: A `NetworkScenario`'s network seed.
+    network_seed: int = 0
 
 
 def run_seeds(job: SeedJob, out: Any) -> None:
@@ -599,6 +670,8 @@ def run_seeds(job: SeedJob, out: Any) -> None:
     ``("finished",)``.
     """
     scenario = load_scenario(job.scenario)
+    if isinstance(scenario, NetworkScenario):
+        scenario.seed = job.network_seed
     recipe = STRATEGIES.get(job.strategy)
     done: list[int] = []
     for seed in job.seeds:
@@ -621,12 +694,21 @@ def run_seeds(job: SeedJob, out: Any) -> None:
     out.put(("finished",))
 
 
-def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:
+def replay(scenario: Scenario | NetworkScenario, tape: Tape | str | Path) -> DecisionLog:
     """Run *scenario* under a tape's deviations; raise what it raises."""
     if not isinstance(tape, Tape):
         tape = Tape.load(tape)
     log = DecisionLog(tape.strategy())
     from . import run
 
-    run(scenario(), virtual_time=tape.virtual_time, strategy=log, wakeups=tape.wakeups)
+    if isinstance(scenario, NetworkScenario) and tape.network_seed is not None:
+        scenario = NetworkScenario(scenario.fn, tape.network_seed)
+    body, net = _body(scenario)
+    run(
+        body(),
+        virtual_time=tape.virtual_time or net is not None,
+        strategy=log,
+        wakeups=tape.wakeups,
+        network=net,
+    )
     return log

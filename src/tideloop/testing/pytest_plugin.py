@@ -2,7 +2,10 @@
 
 Layer: top (``tideloop.testing``). Registered through the ``pytest11``
 entry point ``tideloop``, so it is loaded wherever tideloop is installed,
-and it does nothing unless asked:
+and it does nothing unless asked. Every option is also an ini setting named
+like it (`_OPTIONS`: ``--tideloop-seeds`` is ``tideloop_seeds``); the
+command line wins, and ``--no-tideloop`` turns options, ini settings and
+the marker off whatever the ini file says.
 
 - ``--tideloop``: every asyncio test runs on tideloop.
 - ``--tideloop-virtual-time`` (implies ``--tideloop``): every test's loops
@@ -10,18 +13,26 @@ and it does nothing unless asked:
   threshold (default 0: see ``tideloop.testing._clock`` for when to raise it).
 - ``--tideloop-seed=S`` (implies ``--tideloop``): every test's loops are
   perturbed by a `Perturber` with seed S.
-- ``--tideloop-seeds=N`` (implies ``--tideloop``): each async test runs
-  under up to N schedules and stops at the first failing one. The
-  schedules come from ``--tideloop-strategy``: ``random`` (the default:
-  seeds S..S+N-1, S from ``--tideloop-seed``, else 0), ``pct`` (the
-  unperturbed schedule, then PCT schedules of ``--tideloop-depth``
-  change points) or ``systematic`` (every schedule with at most
-  ``--tideloop-bound`` deviations, fewest first; the summary says when the
-  bounded space was exhausted). A failing schedule is shrunk (at most
-  ``--tideloop-shrink`` reruns of the test) and saved as a tape, in
-  ``.tideloop-tapes/`` next to the test file or in ``--tideloop-tape-dir``;
-  the report prints the minimal schedule in words and the command line
-  that replays it.
+- ``--tideloop-seeds=N`` (implies ``--tideloop``): each async test, and
+  each test using ``tideloop_net`` (sync ones too), runs under up to N
+  schedules and stops at the first failing one. The schedules come from
+  ``--tideloop-strategy``: ``random`` (the default: seeds S..S+N-1, S from
+  ``--tideloop-seed``, else 0), ``pct`` (the unperturbed schedule, then PCT
+  schedules of ``--tideloop-depth`` change points) or ``systematic`` (every
+  schedule with at most ``--tideloop-bound`` deviations, fewest first; the
+  summary says when the bounded space was exhausted); a strategy's option
+  given to another strategy is a usage error. A failing schedule is shrunk
+  (at most ``--tideloop-shrink`` reruns of the test) and saved as a tape, in
+  ``.tideloop-tapes/`` next to the test file or in ``--tideloop-tape-dir``
+  (never over another: `Tape.save_new`); the report prints the minimal
+  schedule in words and the command line that replays it. A test's
+  progress shows once it has explored for `PROGRESS_AFTER` real seconds
+  (`_Progress`); ``--tideloop-seeds-budget=SECONDS`` stops exploring a test
+  after that much real time. What each test's exploration did travels with
+  its report (`_Explored`, also from pytest-xdist's workers), for the
+  summary: failing schedules, budgets, the slowest explorations, and a
+  warning naming the tests whose loops slept in real timers (virtual time
+  would skip that).
 - ``--tideloop-tape=FILE`` (implies ``--tideloop``): every test runs under
   that tape's deviations (its exact schedule).
 - ``--tideloop-wakeups`` (with ``--tideloop-seed``, ``--tideloop-seeds``):
@@ -43,8 +54,10 @@ which reads the running test's settings):
 
 - pytest-asyncio 1.4+: its ``pytest_asyncio_loop_factories`` hook, which this
   plugin implements only under ``--tideloop`` options (an implementation
-  changes how pytest-asyncio parametrizes every test). Older releases, and
-  marked tests without the options: the event loop policy.
+  changes how pytest-asyncio parametrizes every test), as a wrapper around
+  the project's own: tideloop's factory joins the project's factories
+  (`_AsyncioLoopFactories`), and only runs on it repeat under seeds. Older
+  releases, and marked tests without the options: the event loop policy.
 - anyio's pytest plugin: a backend given as ``("asyncio", {options})`` gets
   ``loop_factory`` added to its options; a plain ``"asyncio"`` backend builds
   its loop through the policy (rewriting the string into a tuple would break
