@@ -169,6 +169,12 @@ def _idle(frame: FrameType) -> bool:
 def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
     if where not in _IDLE_FRAMES:
         return False
+    if where in _JOINS:
+        # Joining a thread: idle while that thread runs Python code (its own
+        # state decides); once it has no frame left it is ending, and the
+        # join is about to return (3.13 joins in C, with no trace).
+        joined = getattr(frame.f_locals.get("self"), "ident", None)
+        return joined is None or joined in sys._current_frames()
     if where == ("threading.py", "wait"):
         # Condition.wait (under Event.wait, Queue.get, Future.result):
         # with a timeout, the thread acts when it expires (threading.Timer,
@@ -193,6 +199,9 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
         )
     return True
 
+
+#: Frames of a thread joining another.
+_JOINS: Final = frozenset({("threading.py", "join"), ("threading.py", "_wait_for_tstate_lock")})
 
 #: A ``concurrent.futures`` thread pool's worker between jobs.
 _POOL_WORKER: Final = ("thread.py", "_worker")
@@ -415,6 +424,9 @@ class _Blocked(NamedTuple):
     #: leaves no trace to poll while the thread waits for the GIL: before a
     #: jump, give it a moment (as a thread in ``accept``).
     settle: bool = False
+    #: Once woken, its wait leaves no trace in Python (a SimpleQueue's item
+    #: taken in C): whether the kernel is about to run it says.
+    traceless: bool = False
 
 
 _NOT_BLOCKED: Final = _Blocked()
@@ -445,13 +457,13 @@ def _blocked(call: _Call) -> _Blocked:
         untimed = args in ((), (True,), (True, None)) and not kwargs
         untimed = untimed or (not args and kwargs in ({"block": True}, {"timeout": None}))
         untimed = untimed or (not args and kwargs == {"block": True, "timeout": None})
-        return _Blocked(waits=untimed and owner.empty())
+        return _Blocked(waits=untimed and owner.empty(), traceless=True)
     if isinstance(owner, socket.socket) and name in _SOCKET_READS:
         # A socket with a timeout waits in poll(2) and acts when it expires.
         fd = owner.fileno()
         if owner.gettimeout() is not None or fd < 0:
             return _NOT_BLOCKED
-        return _Blocked(waits=not _ready(fd, select.POLLIN), settle=True)
+        return _Blocked(waits=not _ready(fd, select.POLLIN), settle=True, traceless=True)
     return _NOT_BLOCKED
 
 
@@ -700,6 +712,7 @@ class ThreadWatch:
         "_busy",
         "_compute_grace",
         "_grace",
+        "_idle_cpu",
         "_let_go",
         "_unseen",
         "_warned",
@@ -724,6 +737,9 @@ class ThreadWatch:
         self._let_go: dict[int, float | None] = {}
         #: threads warned about (once each)
         self._warned: set[int] = set()
+        #: thread ident -> its CPU time when last seen waiting: a thread
+        #: still in its wait whose CPU time moved has been woken
+        self._idle_cpu: dict[int, float | None] = {}
         #: executor jobs running out of sight (a process pool's) -> since when
         #: (real time), None once let go of
         self._unseen: dict[concurrent.futures.Future[Any], float | None] = {}
@@ -765,7 +781,7 @@ class ThreadWatch:
             unsure = unsure or state == "settle"
             idle_workers += state == "idle" and _where(innermost)[1] == _POOL_WORKER
         seen = {ident for ident, _, _ in watched}
-        for table in (self._busy, self._let_go):
+        for table in (self._busy, self._let_go, self._idle_cpu):
             for ident in [i for i in table if i not in seen]:
                 del table[ident]
         self._warned &= seen
@@ -785,11 +801,20 @@ class ThreadWatch:
         sleeps = blocked.sleeps
         if blocked.waits or (_idle_at(frame, where) and not _woken_at(frame, where)):
             settle = where == _ACCEPT or blocked.settle
-            if not (settle and _runnable(ident)):
+            # A wait whose wake leaves no trace in Python (the item taken
+            # off a SimpleQueue, the data read, in C) until the thread runs:
+            # is the kernel about to run it?
+            traceless = settle or blocked.traceless or where == _POOL_WORKER
+            last, self._idle_cpu[ident] = self._idle_cpu.get(ident), cpu
+            ran = last is not None and cpu is not None and cpu != last
+            if not ran and not (traceless and _runnable(ident)):
                 spells.pop(ident, None)
                 let_go.pop(ident, None)
                 return "settle" if settle else "idle"
-            # Its data has arrived and the kernel is about to run it: busy.
+            # It ran since it was last seen waiting (woken, and now maybe
+            # waiting for the GIL), or the kernel is about to run it: busy.
+        else:
+            self._idle_cpu.pop(ident, None)
         if ident in let_go:
             frozen = let_go[ident]
             if frozen is None or cpu is None:
