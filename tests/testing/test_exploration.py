@@ -19,7 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -283,6 +285,67 @@ def test_a_latent_race_is_found_only_with_wakeups(planted: Planted, tmp_path: Pa
             testing.replay(planted.race, loaded)
 
 
+def test_a_race_asyncio_can_produce_is_never_called_latent() -> None:
+    """The replica race fails on plain schedules too: with the wake-up mode a
+    seed may first fail it through a late step, and shrinking then looks for
+    the same failure without late steps, finds it, and reports that."""
+    replica = next(p for p in RACES if p.name == "read_your_writes_on_a_replica")
+    for seed in (0, 2000, 3000):
+        found = testing.explore(
+            replica.race, strategy="random", schedules=300, seed=seed, wakeups=True
+        )
+        assert found.tape is not None, seed
+        assert not found.tape.latent, found.tape.words()
+        assert "latent" not in found.tape.words()
+        assert all(d.point[0] != "wake" for d in found.tape.deviations)
+        for _ in range(2):
+            with pytest.raises(AssertionError):
+                testing.replay(replica.race, found.tape)
+
+
+def fake_run(points: dict[Point, int], failing: Callable[[dict[Point, int]], bool]) -> Any:
+    """A `shrink_deviations` *fails* over a run that meets *points* (point -> n)
+    and fails when *failing(deviations)*."""
+
+    def fails(candidate: dict[Point, int]) -> DecisionLog | None:
+        log = DecisionLog(ReplayStrategy(candidate))
+        for point, n in points.items():
+            log.choose(point, n, [1.0] * n, lambda v, point=point: f"{point} = {v}")
+        devs = {p: d.value for p, d in log.deviations.items()}
+        return log if failing(devs) else None
+
+    return fails
+
+
+def test_latent_only_when_no_plain_schedule_fails() -> None:
+    wake: Point = ("wake", 0, 1, 0)
+    fd: Point = ("fd", 0, 0, 0)
+    tie: Point = ("tie", 0, 0)
+    points: dict[Point, int] = {wake: 4, fd: 4, tie: 2}
+    # It fails with the late step, and also with the fd deferred twice.
+    fails = fake_run(points, lambda d: d.get(wake, 0) > 0 or d.get(fd) == 2)
+    start = fails({wake: 1})
+    assert start is not None
+    best, _ = shrink_deviations(start, fails)
+    assert set(best.deviations) == {fd} and best.deviations[fd].value == 2
+    assert not Tape.from_log(best).latent
+    # Only the late step makes it fail: latent, and every plain single and
+    # pair (3 fd values, 1 tie value: 4 singles, 3 pairs) was tried.
+    fails = fake_run(points, lambda d: d.get(wake, 0) > 0)
+    start = fails({wake: 3, tie: 1})
+    assert start is not None
+    best, _ = shrink_deviations(start, fails)
+    tape = Tape.from_log(best)
+    assert set(best.deviations) == {wake} and tape.latent
+    assert (tape.plain_tried, tape.plain_space) == (7, 7)
+    assert "tried: all 7 single and paired deviations" in tape.words()
+    loaded = Tape.from_json(json.loads(json.dumps(tape.to_json())))
+    assert loaded.latent and loaded.plain_tried == 7
+    # Unchecked (not shrunk): not called latent.
+    unchecked = Tape.from_log(start)
+    assert not unchecked.latent and "was not checked" in unchecked.words()
+
+
 def test_the_control_never_fails_with_wakeups() -> None:
     for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
         result = testing.explore(CONTROL.race, strategy=strategy, schedules=n, wakeups=True)
@@ -435,7 +498,10 @@ def test_virtual_time_does_not_wait_for_an_idle_or_endless_thread() -> None:
             await asyncio.to_thread(busy.join)
         return loop.time()
 
-    assert testing.run(main(), virtual_time=True) == 3 * 3600
+    # The spinning thread: tideloop cannot tell it waits (it polls), says
+    # so once, and moves on.
+    with pytest.warns(testing.VirtualTimeWarning, match=r"thread 'Thread-\d+ \(spin\)'"):
+        assert testing.run(main(), virtual_time=True) == 3 * 3600
 
 
 # ----------------------------------------------------------------------

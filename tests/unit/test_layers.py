@@ -381,6 +381,7 @@ TESTING_MAY_READ: dict[tuple[str, str], str] = {
     ("super()", "_real_close"): "a socket subclass calling its base class",
     ("asyncio.tasks", "_PyTask"): "the pure-Python Task, whose steps a Perturber varies",
     ("condition", "_waiters"): "a threading.Condition's waiters: a notified thread is busy",
+    ("concurrent.futures.thread", "_WorkItem"): "a thread pool's job: which thread runs which job",
     ("asyncio.events", "_get_event_loop_policy"): "the policy, without 3.14's warning",
     ("asyncio.events", "_set_event_loop_policy"): "the policy, without 3.14's warning",
 }

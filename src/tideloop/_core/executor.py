@@ -17,11 +17,15 @@ It owns:
   submitted: it may run, and another thread read the metrics, before
   ``submit`` returns;
 - ``running`` (only under a clock with a ``wait``: virtual time): a token
-  per job whose thread has not yet *sent* its result. The token is dropped
-  by the thread right after its ``call_soon_threadsafe`` (or when the
-  future is done); the core does not let the clock jump while the set is
-  non-empty. A result sent but not yet admitted (a `Schedule` holding it,
-  as a slow thread's) does not hold time still;
+  per job whose thread has not yet *sent* its result: the executor's
+  ``concurrent.futures.Future`` for a ``run_in_executor`` job, the loop's
+  future for a helper thread's. The token is dropped by the thread right
+  after its ``call_soon_threadsafe`` (or when the future is done). Without
+  a supervisor the core does not let the clock jump while the set is
+  non-empty; with one, the supervisor decides (it tells a job that computes
+  from one blocked waiting for the program). A result sent but not yet
+  admitted (a `Schedule` holding it, as a slow thread's) does not hold time
+  still;
 - under a `Schedule`, the numbering of executor jobs by submission order
   (``("job", loop, i)``: the program fixes it, arrival order it does not),
   and the chaining that hands every result to the schedule as a thread's.
@@ -120,8 +124,11 @@ class ThreadJobs:
             # Virtual time: the job holds the clock until its thread has sent
             # the result. The job's callbacks run in the order added, so this
             # one runs after the chaining callback has handed the result over.
-            running.add(fut)
-            job.add_done_callback(functools.partial(_discard, running, fut))
+            # The token is the executor's own future: a supervisor finds the
+            # thread that runs it (``LoopView.thread_jobs``).
+            running.add(job)
+            job.add_done_callback(functools.partial(_discard, running, job))
+            fut.add_done_callback(functools.partial(_discard, running, job))
         fut.add_done_callback(self._job_done)
         return fut
 

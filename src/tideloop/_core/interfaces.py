@@ -299,6 +299,12 @@ class LoopView(Protocol):
         """Executor and helper-thread jobs whose results have not arrived."""
         ...
 
+    def thread_jobs(self) -> list[object]:
+        """Under virtual time, the jobs whose threads have not sent their results:
+        the executor's ``concurrent.futures.Future`` of each ``run_in_executor``
+        job, the loop's future of each helper thread's."""
+        ...
+
 
 class Supervisor(Protocol):
     """A watch over a loop's run, given at construction (``tideloop.testing``).
@@ -308,8 +314,10 @@ class Supervisor(Protocol):
 
     - `bind` once, with the loop's `LoopView`, before anything else;
     - `threads_busy` under virtual time, before the clock would jump: True
-      means a thread may be about to hand the loop work, so the loop polls
-      in real time for a short slice and asks again;
+      means a thread (an executor job's among them) may be about to hand
+      the loop work, so the loop polls in real time for a short slice and
+      asks again; False lets the clock move, thread jobs in flight or not
+      (without a supervisor, a job in flight holds the clock);
     - `stuck` under virtual time, where the loop would block with no
       callback ready, no timer and no thread job: it may raise (out of
       ``run_forever``) to report that nothing can ever happen again;

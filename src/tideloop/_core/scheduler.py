@@ -35,8 +35,11 @@ Invariants (principles 3 and 4 of ``docs/architecture.md``):
   only source of the loop's time (the metrics read real time, for
   themselves only).
 - Under a clock with a ``wait`` (virtual time), the clock is not allowed
-  to jump while ``_jobs.running`` (see `executor`) is non-empty: a thread
-  job whose result is not sent yet.
+  to jump while ``_jobs.running`` (see `executor`) is non-empty (a thread
+  job whose result is not sent yet), unless a `Supervisor` says no thread,
+  those jobs' included, is busy: it tells a job blocked waiting for the
+  program (which would otherwise wait for the clock forever) from one at
+  work.
 - ``_counters`` (``_instruments.counters``, see `metrics`) only grows and
   is written only by the loop's thread; the time accounting in it, inside
   ``seq`` windows that contain no user code.
@@ -585,12 +588,16 @@ class Scheduler(asyncio.AbstractEventLoop):
         """The virtual clock's wait, told "no deadline" while thread jobs run."""
         running = self._jobs.running
         if timeout:
-            if running:
+            if self._threads_busy is not None:
+                # The supervisor decides, thread jobs included: one that
+                # computes (or may be about to call_soon_threadsafe) holds
+                # the clock, so the loop waits for it in real time; one
+                # blocked waiting for the program does not, or the two would
+                # wait for each other forever.
+                if self._threads_busy():
+                    return poll(BUSY_THREAD_SLICE)
+            elif running:
                 timeout = None
-            elif self._threads_busy is not None and self._threads_busy():
-                # A thread may be about to call_soon_threadsafe: wait for it
-                # in real time, without moving the clock.
-                return poll(BUSY_THREAD_SLICE)
         wait = self._virtual_wait
         assert wait is not None
         if timeout is None and self._stuck is not None and not running:

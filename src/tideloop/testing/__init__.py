@@ -37,7 +37,12 @@ the duration of a simulated run, and undone after it.
   sockets, latency and faults; its package docstring is the exact model.
 - `Deadlock` (``_deadlock``), `always`, `eventually` (``_properties``): a
   virtual-time run that can never wake is reported with every task's await
-  chain; properties checked after every callback.
+  chain; properties checked after every callback. `VirtualTimeWarning`
+  (``_threads``): virtual time moved on without a thread that tideloop
+  could not tell waiting from working.
+- The exceptions (`Deadlock`, `PropertyViolation`, `NondeterminismError`,
+  `RunTimeout`) and `VirtualTimeWarning` are public here and name this
+  module as theirs, so a traceback prints ``tideloop.testing.Deadlock``.
 - `sometimes`, `seeded_globals`, `check_determinism` (``_world``): fault
   points in a test's own code, the process-wide sources of chance and time
   a simulated run seeds, and the check that a seed replays.
@@ -71,7 +76,7 @@ from tideloop._pollers import Poller
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
-from ._explore import Exploration, Tape, diff, explore, replay, shrink
+from ._explore import Exploration, RunTimeout, Tape, diff, explore, replay, shrink
 from ._history import UNKNOWN, History, Op
 from ._linearizable import Counterexample, Linearizability, NotLinearizable, check_linearizable
 from ._liveness import Livelock, leads_to, progress, watch_livelocks
@@ -81,6 +86,7 @@ from ._serializable import Anomaly, NotSerializable, Serializability, check_seri
 from ._sim import SimNetwork, SimSocket
 from ._strategy import DecisionLog, PCTStrategy, RandomStrategy, ReplayStrategy, Strategy
 from ._supervisor import VirtualTimeWatch
+from ._threads import VirtualTimeWarning
 from ._world import EPOCH, NondeterminismError, check_determinism, seeded_globals, sometimes
 
 __all__ = [
@@ -103,12 +109,14 @@ __all__ = [
     "PropertyViolation",
     "RandomStrategy",
     "ReplayStrategy",
+    "RunTimeout",
     "Serializability",
     "SimNetwork",
     "SimSocket",
     "Strategy",
     "Tape",
     "VirtualClock",
+    "VirtualTimeWarning",
     "allow_tideloop",
     "always",
     "check_determinism",
@@ -129,6 +137,12 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+# What a test sees fail prints (and pickles) by the name it is imported by:
+# ``tideloop.testing.Deadlock``, not the private module it is defined in.
+for _public in (Deadlock, NondeterminismError, PropertyViolation, RunTimeout, VirtualTimeWarning):
+    _public.__module__ = __name__
+del _public
 
 
 def new_event_loop(

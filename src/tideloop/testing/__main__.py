@@ -4,21 +4,28 @@ Layer: top (``tideloop.testing``), a command line over ``_explore`` and ``_searc
 
     python -m tideloop.testing explore MODULE:FUNCTION [--strategy NAME]
         [--schedules N] [--seed S] [--depth D] [--bound K] [--virtual-time]
-        [--wakeups] [-j PROCESSES] [--state FILE] [--tape FILE] [--timeout SECONDS]
+        [--wakeups] [-j PROCESSES] [--state FILE] [--tape FILE [--overwrite]]
+        [--network-seed N] [--timeout SECONDS]
     python -m tideloop.testing replay MODULE:FUNCTION TAPE
     python -m tideloop.testing show TAPE [-o FILE.html] [--scenario MODULE:FUNCTION]
     python -m tideloop.testing trace TAPE [--scenario MODULE:FUNCTION] [--decisions]
     python -m tideloop.testing diff TAPE TAPE
 
-``explore`` imports FUNCTION (an async function taking no argument: each
-schedule calls it for a fresh coroutine) and runs schedules until one
-fails. ``--strategy`` takes a name of ``_search.STRATEGIES`` (random, pct,
-systematic). With ``-j P`` (a seeded strategy), P worker processes take seeds
-``seed + i`` for ``i = w, w + P, ...``; the first failure stops them all.
+``explore`` imports FUNCTION (an async function taking no argument, or
+one, a `SimNetwork`: a `NetworkScenario`, given a network of seed
+``--network-seed`` each run; each schedule calls it for a fresh coroutine)
+and runs schedules until one fails. ``--help`` prints `DESCRIPTION`, for
+users; every option says its default. ``--strategy`` takes a name of
+``_search.STRATEGIES`` (random, pct, systematic); ``--depth`` and
+``--bound`` are refused with a strategy that does not use them. With
+``-j P`` (a seeded strategy), P worker processes take seeds ``seed + i``
+for ``i = w, w + P, ...``; the first failure stops them all.
 With ``--state FILE``, the seeds that passed are recorded there after each
 batch, and a rerun with the same file, scenario and strategy resumes after
 them. A failure is shrunk in this process and written as a tape (``--tape``,
-default ``FUNCTION.tape.json``); the exit status is 1 when a failure was
+refused if the file exists unless ``--overwrite``; by default
+``FUNCTION.tape.json``, or the first free ``FUNCTION.tape.N.json``: a tape
+is never overwritten silently); the exit status is 1 when a failure was
 found, 0 when none was (and the summary says whether a systematic search
 exhausted its space), 2 on bad usage. ``--wakeups`` turns on the opt-in
 variation of how many iterations a task's step takes; a failure that needs
@@ -42,9 +49,10 @@ import multiprocessing
 import queue
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ._explore import (
+    NetworkScenario,
     Scenario,
     SeedJob,
     Tape,
@@ -86,7 +94,27 @@ def _options(args: argparse.Namespace) -> Options:
     return Options(depth=args.depth, bound=args.bound)
 
 
-def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
+def _check_explore(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``explore``'s arguments, beyond what argparse checks; fills in defaults."""
+    if args.schedules < 1 or args.jobs < 1:
+        parser.error("--schedules and --jobs must be at least 1")
+    given = {name for name in ("depth", "bound") if getattr(args, name) is not None}
+    for option, takers in STRATEGIES.unused(args.strategy, given):
+        parser.error(
+            f"--{option} is for --strategy {takers}: the {args.strategy} strategy does "
+            f"not use it (give --strategy {takers}, or drop --{option})"
+        )
+    args.depth = 2 if args.depth is None else args.depth
+    args.bound = 2 if args.bound is None else args.bound
+    if args.depth < 1 or args.bound < 0:
+        parser.error("--depth must be at least 1, --bound at least 0")
+    if args.tape is not None and Path(args.tape).exists() and not args.overwrite:
+        parser.error(f"{args.tape} exists: give another --tape, or --overwrite to replace it")
+    if args.overwrite and args.tape is None:
+        parser.error("--overwrite is for --tape FILE")
+
+
+def _explore_parallel(args: argparse.Namespace, scenario: Scenario | NetworkScenario) -> int:
     """A seeded strategy over processes, resumable; shrinks a failure here."""
     recipe = STRATEGIES.get(args.strategy)
     state = Path(args.state) if args.state else None
@@ -97,6 +125,7 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         "depth": args.depth,
         "virtual_time": args.virtual_time,
         "wakeups": args.wakeups,
+        "network_seed": args.network_seed,
     }
     passed = _load_state(state, key)
     length = 0
@@ -132,6 +161,7 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
                     args.virtual_time,
                     args.timeout,
                     args.wakeups,
+                    args.network_seed,
                 ),
                 out,
             ),
@@ -188,45 +218,68 @@ def _explore_parallel(args: argparse.Namespace, scenario: Scenario) -> int:
         timeout=args.timeout,
         wakeups=args.wakeups,
     )
+    network = isinstance(scenario, NetworkScenario)
     tape = Tape.from_log(
         log,
         found_by=strategy.describe(),
         scenario=args.scenario,
         failure=_describe_failure(exc2 or exc),
-        virtual_time=args.virtual_time,
+        virtual_time=args.virtual_time or network,
         wakeups=args.wakeups,
         shrunk_from=original,
+        network={} if network else None,
+        network_seed=(args.network_seed or 0) if network else 0,
     )
     _record(tape, scenario)
     _report_tape(args, tape, runs)
     return 1
 
 
-def _record(tape: Tape, scenario: Scenario) -> None:
-    """Replay *tape* once with a recording: its details and its timeline."""
+def _record(tape: Tape, scenario: Scenario | NetworkScenario) -> None:
+    """Replay *tape* once with a recording: its details and its timeline (on
+    the tape's network, with its livelock watch)."""
+    if isinstance(scenario, NetworkScenario):
+        scenario = NetworkScenario(scenario.fn, tape.network_seed)
+        network = None
+    else:
+        network = tape.network
     recorded = record(
         scenario,
         {d.point: d.value for d in tape.deviations},
         virtual_time=tape.virtual_time,
         wakeups=tape.wakeups,
+        network=network,
+        network_seed=tape.network_seed,
+        livelock_after=tape.livelock_after,
     )
     describe_tape(tape, recorded)
 
 
 def _report_tape(args: argparse.Namespace, tape: Tape, runs: int) -> None:
-    path = tape.save(args.tape or f"{args.scenario.rpartition(':')[2]}.tape.json")
+    if args.tape is not None:
+        # Checked free (or --overwrite) before the exploration began.
+        path = tape.save(args.tape)
+        renamed = ""
+    else:
+        path, renamed = tape.save_new(f"{args.scenario.rpartition(':')[2]}.tape.json")
     timeline = tape.save_timeline(tape_path=path)
     print(f"found by {tape.found_by}: {tape.failure}")
     print(tape.report())
     if tape.shrunk_from is not None:
         print(f"(shrunk from {tape.shrunk_from} deviation(s) in {runs} run(s))")
-    print(f"tape: {path}")
+    print(f"tape: {path}" + (f" ({renamed})" if renamed else ""))
     print(f"timeline: {timeline}")
     print(f"replay: python -m tideloop.testing replay {args.scenario} {path}")
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
+    if isinstance(scenario, NetworkScenario):
+        scenario.seed = args.network_seed = args.network_seed or 0
+    elif args.network_seed is not None:
+        raise ValueError(
+            f"--network-seed is for a SimNetwork scenario: {args.scenario} takes no network"
+        )
     recipe = STRATEGIES.get(args.strategy)
     if recipe.seeded and (args.jobs > 1 or args.state):
         return _explore_parallel(args, scenario)
@@ -308,42 +361,142 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``--help``'s text (the module docstring is for the code's readers).
+DESCRIPTION: Final = """\
+Find the schedules that make an asyncio program fail, shrink them, and
+replay them.
+
+A scenario is MODULE:FUNCTION, imported from the current directory: an
+async function of no argument, or of one, a tideloop.testing.SimNetwork
+(each run then gets a simulated network of its own, on virtual time).
+Each schedule calls it for a fresh coroutine. A failure is shrunk to its
+fewest deviations and saved as a tape, which replays it.
+
+Exit status: 0 when no schedule failed (or a replay passed), 1 when one
+failed, 2 on bad usage.
+"""
+
+EXPLORE_EPILOG: Final = """\
+examples:
+  python -m tideloop.testing explore races:two_clients_in_order --strategy pct
+  python -m tideloop.testing explore app_test:failover --network-seed 3
+  python -m tideloop.testing explore mod:scenario -j 4 --state explore.json
+  python -m tideloop.testing replay mod:scenario scenario.tape.json
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tideloop.testing", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("explore", help="run schedules until one fails; shrink it to a tape")
-    p.add_argument("scenario", help="MODULE:FUNCTION, an async function of no argument")
+    parser = argparse.ArgumentParser(
+        prog="python -m tideloop.testing",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = commands.add_parser(
+        "explore",
+        help="run schedules until one fails; shrink it to a tape",
+        description="Run a scenario under schedules of a strategy until one fails;\n"
+        "shrink the failure to its fewest deviations and save it as a tape.",
+        epilog=EXPLORE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "scenario",
+        help="MODULE:FUNCTION: an async function of no argument, or of one (a SimNetwork)",
+    )
     seeded = ", ".join(STRATEGIES.seeded_names())
     p.add_argument(
         "--strategy",
         choices=STRATEGIES.names,
         default="random",
+        metavar="NAME",
         help=f"how schedules are picked: {STRATEGIES.described()} (default: random)",
     )
-    p.add_argument("--schedules", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0, help=f"the first seed ({seeded})")
-    p.add_argument("--depth", type=int, default=2, help="pct: deviations per schedule")
-    p.add_argument("--bound", type=int, default=2, help="systematic: at most K deviations")
-    p.add_argument("--virtual-time", action="store_true")
+    p.add_argument(
+        "--schedules",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="run at most N schedules (default: 1000)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help=f"the first seed: seeds S, S+1, ... ({seeded}; default: 0)",
+    )
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        metavar="D",
+        help="pct only: change points (deviations) per schedule (default: 2)",
+    )
+    p.add_argument(
+        "--bound",
+        type=int,
+        default=None,
+        metavar="K",
+        help="systematic only: at most K deviations per schedule (default: 2)",
+    )
+    p.add_argument(
+        "--virtual-time",
+        action="store_true",
+        help="run on virtual time: sleeps and timeouts take no real time "
+        "(default: off; always on for a SimNetwork scenario)",
+    )
     p.add_argument(
         "--wakeups",
         action="store_true",
-        help="also vary how many iterations a task's step takes (latent races)",
+        help="also vary how many iterations a task's step takes, to find latent "
+        "races (default: off)",
     )
-    p.add_argument("-j", "--jobs", type=int, default=1, help=f"worker processes ({seeded})")
-    p.add_argument("--state", help="record passed seeds here, and resume from it")
-    p.add_argument("--tape", help="where the failing schedule's tape goes")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="P",
+        help=f"worker processes, each taking every P-th seed ({seeded}; default: 1)",
+    )
+    p.add_argument(
+        "--state",
+        metavar="FILE",
+        help=f"record the seeds that passed in FILE, and resume from it ({seeded}; default: none)",
+    )
+    p.add_argument(
+        "--tape",
+        metavar="FILE",
+        help="where the failing schedule's tape goes; an existing FILE is refused "
+        "unless --overwrite (default: FUNCTION.tape.json, or FUNCTION.tape.1.json and "
+        "so on if that exists)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --tape replace an existing file (default: off)",
+    )
+    p.add_argument(
+        "--network-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a SimNetwork scenario's network seed: its latencies, losses, fault "
+        "points (default: 0)",
+    )
     p.add_argument(
         "--timeout",
         type=float,
         default=None,
+        metavar="SECONDS",
         help="a run longer than this (seconds of loop time) fails "
-        "(default: 60, or a week under --virtual-time)",
+        "(default: 60, or a week under virtual time)",
     )
     p.set_defaults(run=_cmd_explore)
     p = commands.add_parser("replay", help="run a scenario under a tape's schedule")
-    p.add_argument("scenario")
-    p.add_argument("tape")
+    p.add_argument("scenario", help="MODULE:FUNCTION, as given to explore")
+    p.add_argument("tape", help="the tape file explore wrote")
     p.set_defaults(run=_cmd_replay)
     p = commands.add_parser("show", help="write a tape's timeline as one self-contained HTML file")
     p.add_argument("tape")
@@ -378,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("b")
     p.set_defaults(run=_cmd_diff)
     args = parser.parse_args(argv)
-    if args.command == "explore" and (args.schedules < 1 or args.jobs < 1):
-        parser.error("--schedules and --jobs must be at least 1")
+    if args.command == "explore":
+        _check_explore(parser, args)
     try:
         code: int = args.run(args)
     except (ValueError, ImportError, AttributeError, OSError) as exc:

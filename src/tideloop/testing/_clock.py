@@ -18,16 +18,16 @@ Semantics (trio's ``MockClock``, tokio's paused time):
   happens for *autojump_threshold* real seconds, the clock jumps to that
   timer's deadline. ``0.0`` jumps as soon as a poll finds nothing ready;
   ``math.inf`` never jumps (only `advance` moves time).
-- The clock never jumps while the loop has callbacks ready, and the core
-  never lets it jump while executor jobs (``run_in_executor``,
-  ``asyncio.to_thread``, the default executor's shutdown) are in flight:
-  it passes "no deadline" then, and the loop blocks for real until the job's
-  result arrives. Other threads' ``call_soon_threadsafe`` work is ready work
-  as soon as it is called, so it too holds time still. The flip side (as
-  with tokio's paused time and ``spawn_blocking``): an executor job that
-  itself waits for the loop to reach a later virtual time (a job blocked on
-  a queue that a task fills after ``asyncio.sleep``) deadlocks; such a test
-  needs real time.
+- The clock never jumps while the loop has callbacks ready. Whether it
+  may jump while other threads work (executor jobs from
+  ``run_in_executor`` and ``asyncio.to_thread``, the default executor's
+  shutdown, threads of the program's own) is the loop's `Supervisor`'s
+  call (``tideloop.testing``'s loops: ``_supervisor.py``, ``_threads.py``):
+  a thread at work holds it, one blocked waiting for the program does not
+  (or a job waiting for a later virtual time would wait forever). Built
+  without a supervisor, the core holds it while any executor job is in
+  flight. Other threads' ``call_soon_threadsafe`` work is ready work as
+  soon as it is called, so it too holds time still.
 - Real fds keep working: every wait really polls. What the clock cannot
   know about is real work in flight *outside* the loop: a peer in another
   process or a thread the loop did not start (a subprocess, a database

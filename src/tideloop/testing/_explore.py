@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import inspect
 import json
 import math
 import os
@@ -57,11 +58,39 @@ from typing import Any, Final
 from ._recording import Recording, exception_words, failure_site
 from ._report import Verdict, classify, deviation_words
 from ._search import STRATEGIES, Options
+from ._sim import SimNetwork
 from ._strategy import Decision, DecisionLog, Point, ReplayStrategy, Strategy
 
 #: A function that returns a fresh coroutine: with no argument, or (for
 #: ``network=``) given the run's `SimNetwork`.
 Scenario = Callable[..., Coroutine[Any, Any, object]]
+
+
+class NetworkScenario:
+    """A scenario on a simulated network: ``async def scenario(net)``.
+
+    Each run builds a `SimNetwork` of seed *seed* for its loop (virtual
+    time, as ``testing.run(..., network=net)``) and calls *fn* with it.
+    The schedules vary the loop's decisions (the network delivers through
+    timers and readiness, so they vary its timing too); *seed* fixes the
+    network's own draws (latencies, losses, fault points), and a tape
+    records it.
+    """
+
+    __slots__ = ("fn", "seed")
+
+    def __init__(
+        self, fn: Callable[[SimNetwork], Coroutine[Any, Any, object]], seed: int = 0
+    ) -> None:
+        self.fn = fn
+        self.seed = seed
+
+    def network(self) -> SimNetwork:
+        return SimNetwork(seed=self.seed)
+
+    def __repr__(self) -> str:
+        return f"<NetworkScenario {getattr(self.fn, '__qualname__', self.fn)!r} seed={self.seed}>"
+
 
 #: A run's limit in seconds of loop time when none is given (`attempt`):
 #: on the real clock, and on a virtual one (where hours pass in no time).
@@ -96,10 +125,15 @@ class Tape:
     #: Where the failure was raised, in the program (a recorded replay's).
     failure_site: dict[str, Any] | None = None
     #: The run's SimNetwork options and seed (None: no network), and its
-    #: livelock watch (seconds; None: none).
+    #: livelock watch (seconds; None: none). A `NetworkScenario`'s tape has
+    #: options {} and its scenario's seed.
     network: dict[str, Any] | None = None
     network_seed: int = 0
     livelock_after: float | None = None
+    #: For a schedule with late task steps: how many schedules without them
+    #: were tried (none failed), of how many; None: not looked for.
+    plain_tried: int | None = None
+    plain_space: int = 0
 
     @classmethod
     def from_log(cls, log: DecisionLog, **kwargs: Any) -> Tape:
@@ -108,6 +142,8 @@ class Tape:
             deviations=deviations,
             decisions=list(log.decisions),
             decision_count=log.count,
+            plain_tried=log.plain_tried,
+            plain_space=log.plain_space,
             **kwargs,
         )
 
@@ -115,8 +151,10 @@ class Tape:
     def latent(self) -> bool:
         """Whether the failure needs a task step to be late (wake-up mode):
         a race one more await would expose, not one asyncio can produce
-        with the program as it is."""
-        return any(d.point[0] == "wake" for d in self.deviations)
+        with the program as it is. Only said of a shrunk failure for which
+        no schedule without late steps failed (`shrink_deviations` looks);
+        an unchecked schedule with late steps is not called latent."""
+        return self.plain_tried is not None and any(d.point[0] == "wake" for d in self.deviations)
 
     def verdict(self) -> Verdict:
         """What kind of failure this is: ordering, timing, latent (``_report``)."""
@@ -142,6 +180,27 @@ class Tape:
         lines.append(f"{len(self.deviations)} deviation(s) from the unperturbed schedule:")
         lines += [f"  - {deviation_words(d)}" for d in self.deviations]
         lines.append("  everything else in order")
+        if self.latent:
+            if not self.plain_space:
+                tried = "this run meets no other decision point"
+            elif self.plain_tried == self.plain_space:
+                tried = (
+                    f"tried: all {self.plain_space} single and paired deviations at "
+                    "this run's other decision points"
+                )
+            else:
+                tried = (
+                    f"tried: {self.plain_tried} of the {self.plain_space} single and "
+                    "paired deviations at this run's other decision points"
+                )
+            # The verdict's first line already says it is latent: this says
+            # why it may (no schedule without a late step failed).
+            lines.append(f"  no schedule without a late task step failed ({tried})")
+        elif any(d.point[0] == "wake" for d in self.deviations):
+            lines.append(
+                "  (it has late task steps, the wake-up mode's; whether it fails "
+                "without them was not checked: it was not shrunk)"
+            )
         return "\n".join(lines)
 
     def report(self) -> str:
@@ -186,6 +245,8 @@ class Tape:
             "kind": verdict.kind,
             "summary": verdict.summary,
             "failure_site": self.failure_site,
+            "plain_tried": self.plain_tried,
+            "plain_space": self.plain_space,
             "deviations": [dump(d) for d in self.deviations],
             "decision_count": self.decision_count,
             "decisions": [dump(d) for d in self.decisions],
@@ -225,8 +286,10 @@ class Tape:
             timeline=data.get("timeline"),
             failure_site=data.get("failure_site"),
             network=data.get("network"),
-            network_seed=int(data.get("network_seed", 0)),
+            network_seed=int(data.get("network_seed") or 0),
             livelock_after=data.get("livelock_after"),
+            plain_tried=data.get("plain_tried"),
+            plain_space=int(data.get("plain_space", 0)),
         )
 
     def save(self, path: str | Path) -> Path:
@@ -246,6 +309,22 @@ class Tape:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_html(self, source=str(tape_path)))
         return path
+
+    def save_new(self, path: str | Path) -> tuple[Path, str]:
+        """Save to *path*, or, if a file is there, to the first free
+        ``NAME.1.json``, ``NAME.2.json``...: a tape is never overwritten
+        silently. The path written, and a sentence saying why it is not
+        *path* ("" when it is)."""
+        path = Path(path)
+        target = path
+        n = 0
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        self.save(target)
+        if target == path:
+            return target, ""
+        return target, f"{path} exists (another failure's tape): saved as {target.name}"
 
     @classmethod
     def load(cls, path: str | Path) -> Tape:
@@ -326,7 +405,7 @@ async def _within(scenario: Callable[[], Coroutine[Any, Any, object]], timeout: 
 
 
 def attempt(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     strategy: Strategy,
     *,
     virtual_time: bool = False,
@@ -350,11 +429,17 @@ def attempt(
     from ._sim import SimNetwork
 
     net = None
-    call: Callable[[], Coroutine[Any, Any, object]] = scenario
-    if network is not None:
+    call: Callable[[], Coroutine[Any, Any, object]]
+    if isinstance(scenario, NetworkScenario):
+        net = scenario.network()
+        call = functools.partial(scenario.fn, net)
+        virtual_time = True
+    elif network is not None:
         net = SimNetwork(seed=network_seed, **network)
         call = functools.partial(scenario, net)
         virtual_time = True
+    else:
+        call = scenario
     if timeout is None:
         timeout = VIRTUAL_TIMEOUT if virtual_time else REAL_TIMEOUT
     log = DecisionLog(strategy)
@@ -370,6 +455,14 @@ def attempt(
     except Exception as exc:
         return log, exc
     return log, None
+
+
+def _body(scenario: Scenario | NetworkScenario) -> tuple[Scenario, SimNetwork | None]:
+    """What a run awaits, and the network it runs on (a `NetworkScenario`'s)."""
+    if isinstance(scenario, NetworkScenario):
+        net = scenario.network()
+        return functools.partial(scenario.fn, net), net
+    return scenario, None
 
 
 @dataclass
@@ -388,15 +481,19 @@ class Recorded:
 
 
 def record(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     deviations: dict[Point, int],
     *,
     virtual_time: bool = False,
     timeout: float | None = None,
     wakeups: bool = False,
+    network: Mapping[str, Any] | None = None,
+    network_seed: int = 0,
+    livelock_after: float | None = None,
 ) -> Recorded:
     """Replay *deviations* once with a `Recording`: the run's events, and its
-    log, whose deviations carry their details in the program's terms."""
+    log, whose deviations carry their details in the program's terms. The
+    run is made as `attempt` makes it (its network, its livelock watch)."""
     recording = Recording()
     log, exc = attempt(
         scenario,
@@ -404,6 +501,9 @@ def record(
         virtual_time=virtual_time,
         timeout=timeout,
         wakeups=wakeups,
+        network=network,
+        network_seed=network_seed,
+        livelock_after=livelock_after,
     )
     recording.finish(exc)
     return Recorded(log, recording, exc)
@@ -523,11 +623,64 @@ def shrink_deviations(
                 break
             best = failed
             devs = {p: d.value for p, d in failed.deviations.items()}
+    if any(p[0] == "wake" for p in devs):
+        # Latent only if asyncio cannot produce it: look for the same
+        # failure without late steps before saying so.
+        plain, tried, space = _plain_failure(best, trial)
+        if plain is not None:
+            best, more = shrink_deviations(plain, fails, budget=max(budget - runs, 0))
+            return best, runs + more
+        best.plain_tried, best.plain_space = tried, space
     return best, runs
 
 
+#: Schedules without late task steps tried, at most, before a failure that
+#: has them is called latent.
+PLAIN_BUDGET: Final = 200
+
+
+def _plain_failure(
+    log: DecisionLog, trial: Callable[[dict[Point, int]], DecisionLog | None]
+) -> tuple[DecisionLog | None, int, int]:
+    """A failing run without late task steps, if one is near *log*'s run.
+
+    Tries each deviation alone at the decision points *log*'s run met (but
+    its late steps), then each pair, up to `PLAIN_BUDGET` runs: (the first
+    that fails or None, runs made, candidates there were).
+    """
+    points: dict[Point, int] = {}
+    for d in log.decisions:
+        if d.point[0] != "wake" and d.n > 1:
+            points.setdefault(d.point, d.n)
+    singles = [(p, v) for p, n in points.items() for v in range(1, n)]
+    pairs = (
+        len(singles) * (len(singles) - 1) // 2
+        - sum((n - 1) * (n - 2) // 2 for n in points.values())  # same point twice
+    )
+    space = len(singles) + pairs
+    tried = 0
+    for p, v in singles:
+        if tried >= PLAIN_BUDGET:
+            return None, tried, space
+        tried += 1
+        failed = trial({p: v})
+        if failed is not None:
+            return failed, tried, space
+    for i, (p, v) in enumerate(singles):
+        for q, w in singles[i + 1 :]:
+            if q == p:
+                continue
+            if tried >= PLAIN_BUDGET:
+                return None, tried, space
+            tried += 1
+            failed = trial({p: v, q: w})
+            if failed is not None:
+                return failed, tried, space
+    return None, tried, space
+
+
 def shrink(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     log: DecisionLog,
     *,
     virtual_time: bool = False,
@@ -567,7 +720,7 @@ def shrink(
 
 
 def explore(
-    scenario: Scenario,
+    scenario: Scenario | NetworkScenario,
     *,
     strategy: str = "random",
     schedules: int = 1000,
@@ -664,16 +817,21 @@ def explore(
                 **mode,
             )
             failure = shrunk_exc or failure
+        net_scenario = scenario if isinstance(scenario, NetworkScenario) else None
         result.tape = Tape.from_log(
             failing,
             found_by=found_by,
             scenario=name,
             failure=_describe_failure(failure),
-            virtual_time=virtual_time,
+            virtual_time=virtual_time or net_scenario is not None,
             wakeups=wakeups,
             shrunk_from=original if shrink_failure else None,
-            network=options,
-            network_seed=failing_seed if options is not None else 0,
+            network=options if options is not None else ({} if net_scenario is not None else None),
+            network_seed=(
+                failing_seed
+                if options is not None
+                else (net_scenario.seed if net_scenario is not None else 0)
+            ),
             livelock_after=livelock_after,
         )
         if describe:
@@ -683,6 +841,9 @@ def explore(
                 virtual_time=virtual_time,
                 timeout=timeout,
                 wakeups=wakeups,
+                network=options,
+                network_seed=failing_seed,
+                livelock_after=livelock_after,
             )
             describe_tape(result.tape, recorded)
     result.seconds = time.perf_counter() - start
@@ -696,8 +857,10 @@ def explore(
 BATCH: Final = 20
 
 
-def load_scenario(spec: str) -> Scenario:
-    """``package.module:function`` (the current directory is importable)."""
+def load_scenario(spec: str) -> Scenario | NetworkScenario:
+    """``package.module:function`` (the current directory is importable): an
+    async function of no argument, or of one, a `SimNetwork` (a
+    `NetworkScenario`, network seed 0)."""
     module_name, sep, name = spec.partition(":")
     if not sep or not module_name or not name:
         raise ValueError(f"expected MODULE:FUNCTION, not {spec!r}")
@@ -708,6 +871,21 @@ def load_scenario(spec: str) -> Scenario:
         target = getattr(target, part)
     if not callable(target):
         raise ValueError(f"{spec} is not callable")
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        params = []  # type: ignore[assignment]
+    required = [
+        p
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(required) == 1:
+        return NetworkScenario(target)  # async def scenario(net)
+    if required:
+        raise ValueError(
+            f"{spec} takes {len(required)} arguments: a scenario takes none, or one (a SimNetwork)"
+        )
     scenario: Scenario = target
     return scenario
 
@@ -725,6 +903,8 @@ class SeedJob:
     virtual_time: bool
     timeout: float | None
     wakeups: bool = False
+    #: A `NetworkScenario`'s network seed.
+    network_seed: int = 0
 
 
 def run_seeds(job: SeedJob, out: Any) -> None:
@@ -734,6 +914,8 @@ def run_seeds(job: SeedJob, out: Any) -> None:
     ``("finished",)``.
     """
     scenario = load_scenario(job.scenario)
+    if isinstance(scenario, NetworkScenario):
+        scenario.seed = job.network_seed
     recipe = STRATEGIES.get(job.strategy)
     done: list[int] = []
     for seed in job.seeds:
@@ -756,7 +938,7 @@ def run_seeds(job: SeedJob, out: Any) -> None:
     out.put(("finished",))
 
 
-def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:
+def replay(scenario: Scenario | NetworkScenario, tape: Tape | str | Path) -> DecisionLog:
     """Run *scenario* under a tape's deviations; raise what it raises."""
     if not isinstance(tape, Tape):
         tape = Tape.load(tape)
@@ -764,10 +946,16 @@ def replay(scenario: Scenario, tape: Tape | str | Path) -> DecisionLog:
     from . import run
     from ._sim import SimNetwork
 
-    net = None if tape.network is None else SimNetwork(seed=tape.network_seed, **tape.network)
+    net = None
+    fn: Any = scenario
+    if isinstance(scenario, NetworkScenario):
+        fn = scenario.fn
+        net = SimNetwork(seed=tape.network_seed, **(tape.network or {}))
+    elif tape.network is not None:
+        net = SimNetwork(seed=tape.network_seed, **tape.network)
     run(
-        scenario() if net is None else scenario(net),
-        virtual_time=tape.virtual_time,
+        fn() if net is None else fn(net),
+        virtual_time=tape.virtual_time or net is not None,
         strategy=log,
         wakeups=tape.wakeups,
         network=net,

@@ -108,6 +108,7 @@ import socket
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
 from typing import TYPE_CHECKING, Any, Final
 
 from tideloop._core.clock import PollFn, WaitFn
@@ -546,7 +547,18 @@ class Perturber:
                     # The next timer is past their horizon: admitted first.
                     self._release(late)
                     timeout = 0.0
-        events = poll(timeout) if inner is None else inner(poll, timeout)
+        if inner is not None:
+            events = inner(poll, timeout)
+        elif timeout:
+            # Real time, blocking until a timer is due: when nothing else
+            # comes, that is real time asleep (the log's ``slept``, which
+            # the pytest plugin reports: virtual time would skip it).
+            started = _real_clock()
+            events = poll(timeout)
+            if not events:
+                self.log.slept += _real_clock() - started
+        else:
+            events = poll(timeout)
         if self._inbox:
             self._take_arrivals()
         if self._held:

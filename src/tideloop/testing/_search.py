@@ -33,9 +33,11 @@ Adding a strategy is one class and one entry:
 1. its `Strategy` subclass in ``_strategy`` (``choose``, ``describe``);
 2. a `Recipe` in `STRATEGIES` below: its name, the class, a few words for
    help texts, and ``make`` (seeded, with ``measure`` if it needs the
-   decision count) or ``enumerate`` and ``space`` (enumerating). Options it
-   needs beyond `Options` (*depth*, *bound*) are a field there, and an
-   option of the plugin and of the command line.
+   decision count) or ``enumerate`` and ``space`` (enumerating), and
+   ``uses``, the `Options` fields it reads (the plugin and the command line
+   refuse one given to a strategy that ignores it). Options it needs beyond
+   `Options` (*depth*, *bound*) are a field there, and an option of the
+   plugin and of the command line.
 
 ``explore(strategy=NAME)``, ``--tideloop-strategy=NAME`` and ``--strategy
 NAME`` then offer it, with its words in their help.
@@ -109,6 +111,9 @@ class Recipe:
     enumerate: Callable[[Options], Enumeration] | None = None
     #: Enumerating: the space in words ("every schedule with at most 2 deviation(s)").
     space: Callable[[Options], str] | None = None
+    #: The `Options` fields its schedules read ("depth", "bound"): a search
+    #: given another one refuses it (`Registry.unused`), rather than ignore it.
+    uses: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if (self.make is None) == (self.enumerate is None):
@@ -252,6 +257,15 @@ class Registry:
             raise ValueError(f"strategy must be one of {', '.join(self.names)}, not {name!r}")
         return recipe
 
+    def unused(self, name: str, given: set[str]) -> list[tuple[str, str]]:
+        """The options among *given* (`Options` field names) that strategy
+        *name* ignores, each with the strategies that take it."""
+        recipe = self.get(name)
+        return [
+            (option, ", ".join(r.name for r in self._by_name.values() if option in r.uses))
+            for option in sorted(given - recipe.uses)
+        ]
+
     def described(self) -> str:
         """Every strategy with its words, for a help text: "a (...), b (...), or c (...)"."""
         parts = [f"{recipe.name} ({recipe.summary})" for recipe in self._by_name.values()]
@@ -274,6 +288,7 @@ STRATEGIES: Final = Registry(
         "a seed each, depth change points over an unperturbed run's decisions",
         make=lambda seed, options, length: PCTStrategy(seed, depth=options.depth, length=length),
         measure=True,
+        uses=frozenset({"depth"}),
     ),
     Recipe(
         "systematic",
@@ -281,5 +296,6 @@ STRATEGIES: Final = Registry(
         "every schedule with at most bound deviations, fewest first",
         enumerate=lambda options: Systematic(options.bound),
         space=lambda options: f"every schedule with at most {options.bound} deviation(s)",
+        uses=frozenset({"bound"}),
     ),
 )

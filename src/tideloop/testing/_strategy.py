@@ -211,6 +211,14 @@ class DecisionLog:
     count: int = 0
     deviations: dict[Point, Decision] = field(default_factory=dict)
     loops: int = 0
+    #: Set by shrinking a failure that has late task steps (wake-up mode):
+    #: how many schedules without them it tried, of how many it could, and
+    #: none failed (None: not looked for).
+    plain_tried: int | None = None
+    plain_space: int = 0
+    #: Real seconds the run's loops slept (a wait with a timer deadline that
+    #: ran out with nothing to do) on real time: what virtual time would skip.
+    slept: float = 0.0
 
     @property
     def recording(self) -> Recording | None:

@@ -11,7 +11,11 @@ run that the loop does not:
   (its *baseline*, `runner_threads`), until one calls
   ``call_soon_threadsafe`` on the loop (`track_producers`);
 - a thread of the program's that looks busy holds the clock still
-  (`ThreadWatch`);
+  (`ThreadWatch`), an executor job's included: the core leaves the
+  decision about jobs in flight here, so a job blocked waiting for the
+  program lets the clock move (where the program will wake it), and one
+  that tideloop cannot tell from a working one is let go of after a bounded
+  real time, with a `VirtualTimeWarning`;
 - a run that can never wake is a `Deadlock`, reported with every task's
   await chain (`_deadlock.check`), through the loop's read-only `LoopView`
   and the `SimNetwork` (whose sockets wake the loop only through timers).
@@ -54,7 +58,8 @@ class VirtualTimeWatch:
         self._view = view
 
     def threads_busy(self) -> bool:
-        return self._threads()
+        view = self._view
+        return self._threads(() if view is None else view.thread_jobs())
 
     def stuck(self) -> None:
         __tracebackhide__ = hide_loop_frames  # pytest: the program's frames first

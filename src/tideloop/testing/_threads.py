@@ -1,15 +1,20 @@
 """ThreadWatch: under virtual time, is another thread still working?
 
 Layer: top (``tideloop.testing``). A virtual clock jumps to the next timer
-as soon as the loop is idle. Work handed to the loop's own executor is
-counted by the core (the clock waits until the job's thread has sent its
-result). A thread the loop did not start (``threading.Thread`` of the
-program's own, anyio's worker threads, a library's pool) is invisible to
-that count: it may be one millisecond away from ``call_soon_threadsafe``,
-and a jump past a 20 ms timeout would make it late on every run. The core
-asks a `ThreadWatch` (through the loop's `Supervisor`, ``_supervisor.py``)
-before each jump; while
-it says a thread is busy, the loop polls in real time and asks again.
+as soon as the loop is idle. Another thread may be one millisecond away
+from handing the loop work (``call_soon_threadsafe``, an executor job's
+result): a jump past a 20 ms timeout would make it late on every run. So
+before each jump the core asks the loop's `Supervisor` (``_supervisor.py``),
+which asks a `ThreadWatch`; while it says a thread is busy, the loop polls
+in real time and asks again. The threads watched are every thread but the
+loop's and its *baseline*: those of the loop's executor jobs
+(``run_in_executor``, ``to_thread``), a thread of the program's own,
+anyio's workers, a library's pool.
+
+The rule: a thread blocked waiting for someone else is *idle* and does not
+hold the clock; only one at work does. The opposite mistake hangs: a job
+blocked on an ``Event`` that a task sets after ``asyncio.sleep(0.1)``
+waits for the clock, while the clock would wait for the job.
 
 Facts / what this means for us:
 
@@ -18,16 +23,20 @@ Facts / what this means for us:
   something (``Condition.wait`` without a timeout, under ``Event.wait``,
   ``Queue.get``, ``Future.result``; ``Thread.join``; an idle executor
   worker in ``_worker``; another loop's ``select``; ``accept``) shows one
-  of a few known frames: that thread is *idle*, it will not act until
-  someone else does. Anything else (Python code running, ``time.sleep``,
-  a wait with a timeout such as ``threading.Timer``'s, a blocking ``recv``
-  or C call made from the thread's own code) is *busy*.
+  of a few known frames: that thread is *idle*.
+- A wait made in C straight from the program's code (``lock.acquire()``,
+  ``with lock:``, ``SimpleQueue.get()``) leaves the caller's frame at the
+  call. The instruction at ``f_lasti`` says which call it is, and the
+  object it is made on is a local, a global or an attribute of one (read
+  without running code: `inspect.getattr_static`): a lock still held, a
+  queue still empty, means the thread still waits (`_call_at`, `_blocked`).
 - blockbuster wraps a lock's ``acquire`` (and other blocking calls) in a
   frame of its own, ``wrapper``: the wait is the frame below it.
 - A thread notified in ``Condition.wait`` (its waiter taken out of the
   condition's list) is busy, though its frame is still the wait's: it is
   only waiting for the GIL, and a jump now would pass the work it was
-  just handed (a job put on an idle worker's queue).
+  just handed (a job put on an idle worker's queue). Likewise a lock
+  released under a thread in ``acquire``.
 - The same holds for a thread in ``select`` or ``accept`` that the kernel
   has woken (a request the loop just sent to a fixture's server thread):
   its frame stays the wait's until the loop's thread lets go of the GIL.
@@ -38,7 +47,22 @@ Facts / what this means for us:
 - A thread that is starting or ending (in ``Thread._bootstrap_inner``,
   outside its target) counts as busy: a new thread has its whole target
   ahead of it, and an ending one is gone a moment later.
-- So a busy thread holds the clock still; an idle one does not.
+- Anything else (Python code running, ``time.sleep``, a wait with a
+  timeout such as ``threading.Timer``'s, a blocking ``recv`` or C call made
+  from the thread's own code) is *busy*, and holds the clock for a while.
+  Which while depends on whether it *computes*: the kernel keeps each
+  thread's CPU time (``pthread_getcpuclockid``), so a thread that used at
+  least `COMPUTING` of a CPU since it was first seen busy is at work, and
+  holds the clock for up to `COMPUTE_GRACE` real seconds (a job hashing a
+  file); one that did not (asleep, or blocked in a call tideloop cannot
+  see into, maybe on the program) for `GRACE`. Then tideloop cannot tell
+  and says so: a `VirtualTimeWarning` names the thread, the job it runs
+  and its frames, and the clock moves on without that thread until it is
+  next seen idle. So nothing hangs on a thread, and a blocked one costs
+  one grace period of real time.
+- An executor job whose thread is not in this process (a process pool's)
+  holds the clock while it runs, for up to `COMPUTE_GRACE`, then the same
+  warning; one still queued behind busy workers does not (its workers do).
 - A test runner's threads (pytest-xdist's channel reader in ``read``,
   pytest-timeout's timed wait) look busy all the time and never act on the
   loop. The threads that look busy when the loop is made are its
@@ -48,27 +72,54 @@ Facts / what this means for us:
   moment it calls ``call_soon_threadsafe`` on the loop (`track_producers`
   wraps the loop's admission of thread handles and takes it out of the
   baseline: it is a producer of this loop's work).
-- A thread can stay busy forever (a polling loop, a blocking ``recv`` on a
-  socket nobody writes): after *grace* real seconds busy without a pause,
-  it is ignored until it is next seen idle, so it costs one grace period,
-  not an hour of real time for an hour of virtual sleep.
 
 Invariant: the watch only ever delays a jump; it never moves time.
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import concurrent.futures
+import concurrent.futures.thread
+import dis
+import functools
+import inspect
+import os
+import queue
 import select
 import selectors
 import socket
 import sys
 import threading
-from collections.abc import Callable, Mapping
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
-from types import FrameType
-from typing import Any, Final
+from types import CodeType, FrameType
+from typing import Any, Final, NamedTuple
+
+#: A thread's CPU clock, and a clock's reading (bound now, as above); not on
+#: every platform: without them no thread is known to compute.
+_cpu_clock_of: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
+_clock_gettime: Callable[[int], float] | None = getattr(time, "clock_gettime", None)
+
+__all__ = [
+    "COMPUTE_GRACE",
+    "COMPUTING",
+    "GRACE",
+    "ThreadWatch",
+    "VirtualTimeWarning",
+    "runner_threads",
+    "track_producers",
+]
+
+
+class VirtualTimeWarning(RuntimeWarning):
+    """Virtual time moved on without a thread tideloop could not tell waiting from working."""
+
 
 #: (file name ending, function name) of frames a thread waits in.
 _IDLE_FRAMES: Final = frozenset(
@@ -86,8 +137,14 @@ _IDLE_FRAMES: Final = frozenset(
     }
 )
 
-#: Real seconds a thread may look busy before the watch stops waiting for it.
+#: Real seconds a busy thread that does not compute holds the clock.
 GRACE: Final = 1.0
+#: Real seconds a busy thread that computes holds the clock.
+COMPUTE_GRACE: Final = 10.0
+#: The share of one CPU a busy thread must have used to count as computing.
+COMPUTING: Final = 0.1
+#: Frames searched for the executor job a thread runs.
+_STACK: Final = 64
 
 
 def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
@@ -112,6 +169,12 @@ def _idle(frame: FrameType) -> bool:
 def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
     if where not in _IDLE_FRAMES:
         return False
+    if where in _JOINS:
+        # Joining a thread: idle while that thread runs Python code (its own
+        # state decides); once it has no frame left it is ending, and the
+        # join is about to return (3.13 joins in C, with no trace).
+        joined = getattr(frame.f_locals.get("self"), "ident", None)
+        return joined is None or joined in sys._current_frames()
     if where == ("threading.py", "wait"):
         # Condition.wait (under Event.wait, Queue.get, Future.result):
         # with a timeout, the thread acts when it expires (threading.Timer,
@@ -125,7 +188,383 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
         condition, waiter = local.get("self"), local.get("waiter")
         waiters = getattr(condition, "_waiters", None)
         return waiter is None or waiters is None or waiter in waiters
+    if where == _POOL_WORKER:
+        # A thread pool's worker waits on its queue (a SimpleQueue: a wait
+        # in C, with no trace once woken): with a job in it, it is about to
+        # take it.
+        work_queue = frame.f_locals.get("work_queue")
+        empty = getattr(work_queue, "empty", None)
+        return not isinstance(work_queue, (queue.SimpleQueue, queue.Queue)) or bool(
+            empty and empty()
+        )
     return True
+
+
+#: Frames of a thread joining another.
+_JOINS: Final = frozenset({("threading.py", "join"), ("threading.py", "_wait_for_tstate_lock")})
+
+#: A ``concurrent.futures`` thread pool's worker between jobs.
+_POOL_WORKER: Final = ("thread.py", "_worker")
+
+
+#: Instructions that only set up a call: skipped when reading one.
+_CALL_NOISE: Final = frozenset({"PRECALL", "CACHE", "PUSH_NULL", "NOP", "EXTENDED_ARG"})
+#: Instructions that load a name.
+_NAME_LOADS: Final = frozenset(
+    {
+        "LOAD_FAST",
+        "LOAD_FAST_CHECK",
+        "LOAD_FAST_BORROW",
+        "LOAD_DEREF",
+        "LOAD_GLOBAL",
+        "LOAD_NAME",
+    }
+)
+_ATTR_LOADS: Final = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_LOCK_TYPES: Final = (_thread.LockType, _thread.RLock)
+_SLEEP: Final = time.sleep
+
+#: Decoded code objects (a few dozen at most: the frames threads wait in).
+_decoded: dict[CodeType, list[dis.Instruction]] = {}
+
+#: A C call a frame is making: (the callable, its positional and keyword arguments).
+_Call = tuple[object, tuple[object, ...], dict[str, object]]
+
+
+def _instructions(code: CodeType) -> list[dis.Instruction]:
+    found = _decoded.get(code)
+    if found is None:
+        if len(_decoded) > 256:
+            _decoded.clear()
+        found = _decoded[code] = list(dis.get_instructions(code))
+    return found
+
+
+def _call_at(frame: FrameType) -> _Call | None:
+    """The call *frame* is making now, if it can be read without running code.
+
+    A thread blocked in C (``lock.acquire()``, ``with lock:``,
+    ``time.sleep(1)``) shows the frame that made the call, stopped at it;
+    the instruction at ``f_lasti`` is the call, and the callable and its
+    arguments were loaded just before: constants, names (locals, globals)
+    and their attributes (read with `inspect.getattr_static`, from a
+    module, a lock or a queue only). A thread pool's worker calling a C
+    function as the job itself stops in ``_WorkItem.run``, whose work item
+    holds the call. Anything else (a computed receiver, a starred call) is
+    None.
+    """
+    if frame.f_code is _WORK_ITEM_RUN:
+        item = frame.f_locals.get("self")
+        args, kwargs = getattr(item, "args", None), getattr(item, "kwargs", None)
+        if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            return None
+        return getattr(item, "fn", None), args, kwargs
+    instructions = _instructions(frame.f_code)
+    at = frame.f_lasti
+    i = next((k for k, ins in enumerate(instructions) if ins.offset == at), None)
+    if i is None:
+        return None
+    ins = instructions[i]
+    if ins.opname == "BEFORE_WITH":  # 3.11 to 3.13: entering ``with X:``
+        found = _value(frame, instructions, i - 1)
+        return None if found is None else (_method(found[0], "__enter__"), (), {})
+    if ins.opname not in ("CALL", "CALL_KW") or not isinstance(ins.arg, int):
+        return None
+    k = _skip_noise(instructions, i - 1)
+    names: tuple[str, ...] = ()
+    if ins.opname == "CALL_KW" or instructions[k].opname == "KW_NAMES":  # 3.13 / 3.11, 3.12
+        names_ins = instructions[k]
+        found_names = names_ins.argval
+        if not isinstance(found_names, tuple) and isinstance(names_ins.arg, int):
+            found_names = frame.f_code.co_consts[names_ins.arg]  # 3.11's KW_NAMES
+        if not isinstance(found_names, tuple):
+            return None
+        names = found_names
+        k = _skip_noise(instructions, k - 1)
+    values: list[object] = []
+    for _ in range(ins.arg):
+        found = _value(frame, instructions, k)
+        if found is None:
+            return None
+        values.append(found[0])
+        k = _skip_noise(instructions, found[1])
+    values.reverse()
+    if k < 0:
+        return None
+    callee: object
+    op = instructions[k]
+    if op.opname in _ATTR_LOADS:
+        found = _value(frame, instructions, k - 1)
+        if found is None:
+            return None
+        callee = _method(found[0], str(op.argval))
+    elif op.opname == "LOAD_SPECIAL" and op.argrepr == "__enter__":  # 3.14: ``with``
+        while k > 0 and instructions[k - 1].opname in ("SWAP", "COPY", "LOAD_SPECIAL"):
+            k -= 1
+        found = _value(frame, instructions, k - 1)
+        if found is None:
+            return None
+        callee = _method(found[0], "__enter__")
+    else:
+        found = _value(frame, instructions, k)
+        if found is None:
+            return None
+        callee = found[0]
+    split = len(values) - len(names)
+    if split < 0:
+        return None
+    return callee, tuple(values[:split]), dict(zip(names, values[split:], strict=True))
+
+
+def _skip_noise(instructions: list[dis.Instruction], k: int) -> int:
+    while k >= 0 and instructions[k].opname in _CALL_NOISE:
+        k -= 1
+    return k
+
+
+def _value(
+    frame: FrameType, instructions: list[dis.Instruction], end: int
+) -> tuple[object, int] | None:
+    """The value that ``instructions[..end]`` loads (a constant, or a name and
+    attributes of it), and the index before those instructions."""
+    end = _skip_noise(instructions, end)
+    if end < 0:
+        return None
+    if instructions[end].opname in ("LOAD_CONST", "LOAD_SMALL_INT"):
+        return instructions[end].argval, end - 1
+    attrs: list[str] = []
+    k = end
+    while k >= 0 and instructions[k].opname in _ATTR_LOADS | _CALL_NOISE:
+        if instructions[k].opname in _ATTR_LOADS:
+            attrs.append(str(instructions[k].argval))
+        k -= 1
+    if k < 0 or instructions[k].opname not in _NAME_LOADS:
+        return None
+    op = instructions[k]
+    name = str(op.argval)
+    namespaces: tuple[Mapping[str, Any], ...]
+    if op.opname == "LOAD_GLOBAL":
+        namespaces = (frame.f_globals, frame.f_builtins)
+    elif op.opname == "LOAD_NAME":
+        namespaces = (frame.f_locals, frame.f_globals, frame.f_builtins)
+    else:
+        namespaces = (frame.f_locals,)
+    missing = object()
+    obj: object = missing
+    for namespace in namespaces:
+        obj = namespace.get(name, missing)
+        if obj is not missing:
+            break
+    if obj is missing:
+        return None
+    for attr in reversed(attrs):
+        obj = _static_attr(obj, attr)
+    return obj, k - 1
+
+
+def _static_attr(obj: object, name: str) -> object:
+    """``obj.name`` if reading it runs no code of the program's (an instance's
+    ``__dict__`` entry or slot, a module's global), else None."""
+    try:
+        value = inspect.getattr_static(obj, name)
+    except AttributeError:
+        return None
+    if isinstance(value, types.MemberDescriptorType):  # a __slots__ field
+        try:
+            return value.__get__(obj, type(obj))
+        except AttributeError:
+            return None
+    if isinstance(obj, types.ModuleType):
+        return value  # a module's functions are its globals: nothing binds them
+    if hasattr(type(value), "__get__"):
+        return None  # a property, a method: reading it runs the program's code
+    return value
+
+
+def _method(obj: object, name: str) -> object:
+    """``obj.name`` for the objects whose blocking methods `_blocked` knows."""
+    if isinstance(obj, socket.socket):
+        return getattr(obj, name, None) if name in _SOCKET_READS else None
+    if isinstance(obj, (*_LOCK_TYPES, queue.SimpleQueue)):
+        return getattr(obj, name, None)
+    if isinstance(obj, types.ModuleType):
+        return _static_attr(obj, name)
+    return None
+
+
+def _unwrap(call: _Call) -> _Call:
+    """A call through ``functools.partial`` or a ``functools.wraps`` wrapper
+    (blockbuster's), as the call of what it wraps."""
+    fn, args, kwargs = call
+    for _ in range(8):
+        if isinstance(fn, functools.partial):
+            partial: functools.partial[object] = fn
+            fn, args, kwargs = partial.func, partial.args + args, {**partial.keywords, **kwargs}
+        elif isinstance(fn, types.FunctionType) and "__wrapped__" in vars(fn):
+            fn = vars(fn)["__wrapped__"]
+        else:
+            break
+    return fn, args, kwargs
+
+
+#: A blocking socket's calls that wait for a peer to send (or connect).
+_SOCKET_READS: Final = frozenset(
+    {"recv", "recv_into", "recvfrom", "recvfrom_into", "recvmsg", "recvmsg_into", "_accept"}
+)
+
+
+class _Blocked(NamedTuple):
+    """What a C call says of its thread (`_blocked`)."""
+
+    #: It waits for another thread (or a peer) to act.
+    waits: bool = False
+    #: It sleeps this many seconds (``time.sleep``).
+    sleeps: float | None = None
+    #: It waits on a socket whose data, once the kernel hands it over,
+    #: leaves no trace to poll while the thread waits for the GIL: before a
+    #: jump, give it a moment (as a thread in ``accept``).
+    settle: bool = False
+    #: Once woken, its wait leaves no trace in Python (a SimpleQueue's item
+    #: taken in C): whether the kernel is about to run it says.
+    traceless: bool = False
+
+
+_NOT_BLOCKED: Final = _Blocked()
+
+
+def _blocked(call: _Call) -> _Blocked:
+    """What a thread making the C call *call* is doing.
+
+    An untimed acquire of a lock still held, an untimed get from a
+    ``SimpleQueue`` still empty, a read from a blocking socket with nothing
+    to read: the thread waits for another to act. Once the lock is free,
+    the queue has an item or the socket data, it is about to run (it may
+    only be waiting for the GIL): busy. ``time.sleep(s)``: busy, for *s*.
+    """
+    fn, args, kwargs = _unwrap(call)
+    if fn is _SLEEP or fn is time.sleep:
+        seconds = args[0] if len(args) == 1 and not kwargs else None
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            return _Blocked(sleeps=float(seconds))
+        return _NOT_BLOCKED
+    owner = getattr(fn, "__self__", None)
+    name = getattr(fn, "__name__", "")
+    if isinstance(owner, _LOCK_TYPES) and name in ("acquire", "__enter__"):
+        untimed = not kwargs and args in ((), (True,), (True, -1))
+        untimed = untimed or (not args and kwargs in ({"blocking": True}, {"timeout": -1}))
+        return _Blocked(waits=untimed and _held(owner))
+    if isinstance(owner, queue.SimpleQueue) and name == "get":
+        untimed = args in ((), (True,), (True, None)) and not kwargs
+        untimed = untimed or (not args and kwargs in ({"block": True}, {"timeout": None}))
+        untimed = untimed or (not args and kwargs == {"block": True, "timeout": None})
+        return _Blocked(waits=untimed and owner.empty(), traceless=True)
+    if isinstance(owner, socket.socket) and name in _SOCKET_READS:
+        # A socket with a timeout waits in poll(2) and acts when it expires.
+        fd = owner.fileno()
+        if owner.gettimeout() is not None or fd < 0:
+            return _NOT_BLOCKED
+        return _Blocked(waits=not _ready(fd, select.POLLIN), settle=True, traceless=True)
+    return _NOT_BLOCKED
+
+
+def _ready(fd: int, mask: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, mask)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return False
+    return any(ev & _WAKES and not ev & select.POLLNVAL for _, ev in events)
+
+
+def _held(lock: object) -> bool:
+    locked = getattr(lock, "locked", None)
+    if callable(locked):
+        return bool(locked())
+    # _thread.RLock before 3.14 has no locked(); its repr says.
+    return repr(lock).startswith("<locked")
+
+
+def _work_item(frame: FrameType) -> Any:
+    """The executor job (a ``concurrent.futures`` thread pool's work item, with
+    its ``future`` and ``fn``) whose function the thread of *frame* runs: the
+    ``_WorkItem.run`` frame on its stack. None if it runs none."""
+    run = _WORK_ITEM_RUN
+    f: FrameType | None = frame
+    for _ in range(_STACK):
+        if f is None:
+            return None
+        if f.f_code is run:
+            item = f.f_locals.get("self")
+            future = getattr(item, "future", None)
+            return item if isinstance(future, concurrent.futures.Future) else None
+        f = f.f_back
+    return None
+
+
+#: ``_WorkItem.run``: where a thread pool's worker calls a job's function.
+_WORK_ITEM_RUN: Final = concurrent.futures.thread._WorkItem.run.__code__
+
+
+def _cpu_time(ident: int) -> float | None:
+    """The CPU seconds thread *ident* has used (None where the kernel cannot say).
+
+    Call it with the GIL held since ``sys._current_frames()`` named the
+    thread: a thread with a Python frame cannot end without the GIL, so
+    *ident* still names a live thread.
+    """
+    if _cpu_clock_of is None or _clock_gettime is None:
+        return None
+    try:
+        return _clock_gettime(_cpu_clock_of(ident))
+    except (OSError, OverflowError, ValueError):
+        return None
+
+
+def _runnable(ident: int) -> bool:
+    """Whether the kernel has thread *ident* running or ready to run (state
+    R in ``/proc/self/task/TID/stat``; False where it cannot say).
+
+    A thread the program's action has just woken (its ``read`` returned)
+    but the CPU has not run yet shows no sign of it anywhere else: its
+    frame and CPU time are the wait's. (Waiting for the GIL, it sleeps in
+    the kernel, but then it has run, and its CPU time moved.) The file is
+    opened non-blocking: procfs answers at once.
+    """
+    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
+    if native is None:
+        return False
+    try:
+        fd = os.open(f"/proc/self/task/{native}/stat", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        stat = os.read(fd, 512)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    # "TID (comm) S ...": the state follows the last ")" (comm may hold one).
+    fields = stat[stat.rfind(b")") + 1 :].split()
+    return bool(fields) and fields[0] == b"R"
+
+
+def _frames(frame: FrameType, limit: int = 3) -> str:
+    """The innermost *limit* frames of a thread, innermost first, for a warning."""
+    parts: list[str] = []
+    f: FrameType | None = frame
+    while f is not None and len(parts) < limit:
+        code = f.f_code
+        parts.append(f"{code.co_qualname} ({code.co_filename}:{f.f_lineno})")
+        f = f.f_back
+    return " <- ".join(parts)
+
+
+def _thread_name(ident: int) -> str:
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            return repr(thread.name)
+    return f"#{ident}"
 
 
 #: The one wait that leaves no trace once woken: ``accept`` takes the
@@ -232,63 +671,268 @@ def track_producers(
     return admit_from_a_producer
 
 
+class _Busy:
+    """A thread's (or an unseen job's) current spell of looking busy."""
+
+    __slots__ = ("cpu", "last_cpu", "since", "slept_until", "still_since")
+
+    def __init__(self, since: float, cpu: float | None) -> None:
+        #: Real time and the thread's CPU time when it was first seen busy.
+        self.since = since
+        self.cpu = cpu
+        #: Its CPU time when last seen, and since when (real time) unchanged.
+        self.last_cpu = cpu
+        self.still_since = since
+        #: When the first ``time.sleep`` it was seen in ends, or None: only
+        #: the first counts, so a loop of short sleeps (a poll) does not
+        #: hold the clock past the grace.
+        self.slept_until: float | None = None
+
+    def saw(self, now: float, cpu: float | None) -> None:
+        if cpu != self.last_cpu:
+            self.last_cpu = cpu
+            self.still_since = now
+
+    def frozen(self, now: float, cpu: float | None, grace: float) -> bool:
+        """Used no CPU for half a grace: blocked (or asleep), not working."""
+        return cpu is not None and cpu == self.last_cpu and now - self.still_since >= grace / 2
+
+
 class ThreadWatch:
-    """``watch()`` is True while a thread not in *baseline* looks busy.
+    """``watch(jobs)`` is True while a thread not in *baseline* looks busy, or
+    while an executor job of *jobs* runs where no thread of this process shows.
 
     *baseline* is shared with the loop's deadlock check and shrinks as
-    `track_producers` finds producers among its threads.
+    `track_producers` finds producers among its threads. See the module
+    docstring for what busy means, and for how long it holds the clock.
     """
 
-    __slots__ = ("_baseline", "_busy_since", "_grace", "_ignored")
+    __slots__ = (
+        "_baseline",
+        "_busy",
+        "_compute_grace",
+        "_grace",
+        "_idle_cpu",
+        "_let_go",
+        "_unseen",
+        "_warned",
+    )
 
-    def __init__(self, baseline: AbstractSet[int], *, grace: float = GRACE) -> None:
+    def __init__(
+        self,
+        baseline: AbstractSet[int],
+        *,
+        grace: float = GRACE,
+        compute_grace: float = COMPUTE_GRACE,
+    ) -> None:
         self._baseline = baseline
         self._grace = grace
-        #: thread ident -> real time it was first seen busy (without a pause)
-        self._busy_since: dict[int, float] = {}
-        self._ignored: set[int] = set()
+        self._compute_grace = compute_grace
+        #: thread ident -> its spell of looking busy (without a pause)
+        self._busy: dict[int, _Busy] = {}
+        #: threads let go of (they held the clock too long), until next seen
+        #: idle -> the CPU time of one that used none in its spell (blocked
+        #: in a call the watch cannot see into): once that moves, it woke,
+        #: and holds the clock again for what it does now
+        self._let_go: dict[int, float | None] = {}
+        #: threads warned about (once each)
+        self._warned: set[int] = set()
+        #: thread ident -> its CPU time when last seen waiting: a thread
+        #: still in its wait whose CPU time moved has been woken
+        self._idle_cpu: dict[int, float | None] = {}
+        #: executor jobs running out of sight (a process pool's) -> since when
+        #: (real time), None once let go of
+        self._unseen: dict[concurrent.futures.Future[Any], float | None] = {}
 
-    def __call__(self) -> bool:
-        busy, unsure = self._scan()
+    def __call__(self, jobs: Iterable[object] = ()) -> bool:
+        busy, unsure = self._scan(jobs)
         if unsure and not busy:
             # A thread that has its connection but not the GIL yet would be
             # jumped past: leave the GIL free for a real slice, in which it
             # takes it and runs, then look again.
             _pause()
-            busy = self._scan()[0]
+            busy = self._scan(jobs)[0]
         return busy
 
-    def _scan(self) -> tuple[bool, bool]:
-        """(a thread is busy, a thread's idle wait may hide a wake-up)."""
+    def _scan(self, jobs: Iterable[object]) -> tuple[bool, bool]:
+        """(something is busy, a thread's idle wait may hide a wake-up)."""
         # (No cheaper pre-check: threading's count misses threads started
         # with _thread, which the baseline has; this runs once per jump.)
         baseline = self._baseline
         me = threading.get_ident()
-        busy_since = self._busy_since
-        ignored = self._ignored
         now = _real_clock()
+        # Every thread's frame and CPU time first, with the GIL held
+        # throughout (so each ident still names a live thread); the look at
+        # fds below lets it go.
+        watched = [
+            (ident, frame, _cpu_time(ident))
+            for ident, frame in sys._current_frames().items()
+            if ident != me and ident not in baseline
+        ]
+        unseen = {j for j in jobs if isinstance(j, concurrent.futures.Future)}
         busy = unsure = False
-        seen: set[int] = set()
-        for ident, innermost in sys._current_frames().items():
-            if ident == me or ident in baseline:
+        idle_workers = 0
+        for ident, innermost, cpu in watched:
+            job = _work_item(innermost)
+            if job is not None:
+                unseen.discard(job.future)
+            state = self._look(ident, innermost, cpu, now, job)
+            busy = busy or state == "busy"
+            unsure = unsure or state == "settle"
+            idle_workers += state == "idle" and _where(innermost)[1] == _POOL_WORKER
+        seen = {ident for ident, _, _ in watched}
+        for table in (self._busy, self._let_go, self._idle_cpu):
+            for ident in [i for i in table if i not in seen]:
+                del table[ident]
+        self._warned &= seen
+        return self._out_of_sight(unseen, now, idle_workers) or busy, unsure
+
+    def _look(
+        self, ident: int, innermost: FrameType, cpu: float | None, now: float, job: Any
+    ) -> str:
+        """One thread: ``"idle"``, ``"busy"`` (it holds the clock), ``"free"``
+        (busy, but let go of) or ``"settle"`` (idle or let go of, in a wait
+        whose wake-up leaves no trace until the thread runs: `_pause`)."""
+        spells = self._busy
+        let_go = self._let_go
+        frame, where = _where(innermost)
+        call = _call_at(frame)
+        blocked = _NOT_BLOCKED if call is None else _blocked(call)
+        sleeps = blocked.sleeps
+        if blocked.waits or (_idle_at(frame, where) and not _woken_at(frame, where)):
+            settle = where == _ACCEPT or blocked.settle
+            # A wait whose wake leaves no trace in Python (the item taken
+            # off a SimpleQueue, the data read, in C) until the thread runs:
+            # is the kernel about to run it?
+            traceless = settle or blocked.traceless or where == _POOL_WORKER
+            last, self._idle_cpu[ident] = self._idle_cpu.get(ident), cpu
+            ran = last is not None and cpu is not None and cpu != last
+            if not ran and not (traceless and _runnable(ident)):
+                spells.pop(ident, None)
+                let_go.pop(ident, None)
+                return "settle" if settle else "idle"
+            # It ran since it was last seen waiting (woken, and now maybe
+            # waiting for the GIL), or the kernel is about to run it: busy.
+        else:
+            self._idle_cpu.pop(ident, None)
+        if ident in let_go:
+            frozen = let_go[ident]
+            if frozen is None or cpu is None:
+                return "free"
+            if cpu == frozen and not _runnable(ident):
+                # Maybe woken by what the loop just did, but not run yet:
+                # before a jump, give it a moment (as a thread in accept).
+                return "settle"
+            del let_go[ident]  # it woke from the call it was blocked in
+        spell = spells.get(ident)
+        if spell is None:
+            spell = spells[ident] = _Busy(now, cpu)
+        spell.saw(now, cpu)
+        if sleeps is not None and spell.slept_until is None:
+            # Asleep since its CPU time last moved: it acts when the sleep ends.
+            spell.slept_until = spell.still_since + sleeps
+        if self._holds(spell, now, cpu):
+            return "busy"
+        del spells[ident]
+        let_go[ident] = cpu if spell.frozen(now, cpu, self._grace) else None
+        if ident not in self._warned:
+            self._warned.add(ident)
+            _warn(
+                spell,
+                now=now,
+                cpu=cpu,
+                who=f"thread {_thread_name(ident)}",
+                job=job,
+                frame=innermost,
+            )
+        return "free"
+
+    def _out_of_sight(
+        self, unseen: set[concurrent.futures.Future[Any]], now: float, idle_workers: int
+    ) -> bool:
+        """Whether executor jobs that run in no thread here hold the clock.
+
+        One that runs (a process pool's) holds it for `COMPUTE_GRACE`. One
+        not started yet while a thread pool's worker looks idle holds it
+        for `GRACE`: a worker just woken to take it still shows its wait
+        (its queue is a ``SimpleQueue``, emptied in C) until it has the GIL.
+        One queued behind busy workers does not: they hold the clock, or
+        not. Then each is let go of, with a warning.
+        """
+        waiting = self._unseen
+        for job in [j for j in waiting if j not in unseen]:
+            del waiting[job]
+        busy = False
+        for job in unseen:
+            if job.done():
                 continue
-            seen.add(ident)
-            frame, where = _where(innermost)
-            if _idle_at(frame, where) and not _woken_at(frame, where):
-                busy_since.pop(ident, None)
-                ignored.discard(ident)
-                unsure = unsure or where == _ACCEPT
+            if job.running():
+                limit = self._compute_grace
+                who = "an executor job running in no thread of this process (a process pool's?)"
+            elif idle_workers:
+                limit = self._grace
+                who = "an executor job that no idle thread pool worker has taken"
+            else:
                 continue
-            if ident in ignored:
+            since = waiting.setdefault(job, now)
+            if since is None:
+                continue  # let go of
+            if now - since <= limit:
+                busy = True
                 continue
-            since = busy_since.setdefault(ident, now)
-            if now - since > self._grace:
-                ignored.add(ident)
-                del busy_since[ident]
-                continue
-            busy = True
-        for ident in list(busy_since):
-            if ident not in seen:
-                del busy_since[ident]
-        ignored &= seen
-        return busy, unsure
+            waiting[job] = None
+            _warn(_Busy(since, None), now=now, cpu=None, who=who, job=None, frame=None)
+        return busy
+
+    def _holds(self, spell: _Busy, now: float, cpu: float | None) -> bool:
+        """Does a thread busy for this spell still hold the clock?
+
+        For `GRACE` real seconds, whatever it does; then up to
+        `COMPUTE_GRACE` while it computes, or while the ``time.sleep`` it
+        began the spell with lasts (and `GRACE` after, for what it does
+        on waking).
+        """
+        elapsed = now - spell.since
+        if elapsed <= self._grace:
+            return True
+        if elapsed > self._compute_grace:
+            return False
+        if spell.slept_until is not None and now <= spell.slept_until + self._grace:
+            return True
+        return cpu is not None and spell.cpu is not None and cpu - spell.cpu >= COMPUTING * elapsed
+
+
+def _warn(
+    spell: _Busy,
+    *,
+    now: float,
+    cpu: float | None,
+    who: str,
+    job: Any,
+    frame: FrameType | None,
+) -> None:
+    """Say that virtual time moves on without *who*, and why."""
+    elapsed = now - spell.since
+    used = "" if cpu is None or spell.cpu is None else f", using {cpu - spell.cpu:.2f} s of CPU"
+    what = who
+    if job is not None:
+        what += f" (running the executor job {_callable_name(getattr(job, 'fn', None))})"
+    where = "" if frame is None else f" in {_frames(frame)}"
+    warnings.warn(
+        f"virtual time moves on without {what}: it looked busy for {elapsed:.1f} s of "
+        f"real time{used}{where}; tideloop cannot tell whether it works or waits for "
+        "the program, so the clock no longer waits for it (until it is next seen idle)",
+        VirtualTimeWarning,
+        stacklevel=2,
+    )
+
+
+def _callable_name(fn: object) -> str:
+    """``module.qualname`` of a job's function (through ``functools.partial``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname is None:
+        return repr(fn)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qualname}" if module else str(qualname)

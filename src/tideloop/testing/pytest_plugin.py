@@ -2,7 +2,10 @@
 
 Layer: top (``tideloop.testing``). Registered through the ``pytest11``
 entry point ``tideloop``, so it is loaded wherever tideloop is installed,
-and it does nothing unless asked:
+and it does nothing unless asked. Every option is also an ini setting named
+like it (`_OPTIONS`: ``--tideloop-seeds`` is ``tideloop_seeds``); the
+command line wins, and ``--no-tideloop`` turns options, ini settings and
+the marker off whatever the ini file says.
 
 - ``--tideloop``: every asyncio test runs on tideloop.
 - ``--tideloop-virtual-time`` (implies ``--tideloop``): every test's loops
@@ -10,18 +13,26 @@ and it does nothing unless asked:
   threshold (default 0: see ``tideloop.testing._clock`` for when to raise it).
 - ``--tideloop-seed=S`` (implies ``--tideloop``): every test's loops are
   perturbed by a `Perturber` with seed S.
-- ``--tideloop-seeds=N`` (implies ``--tideloop``): each async test runs
-  under up to N schedules and stops at the first failing one. The
-  schedules come from ``--tideloop-strategy``: ``random`` (the default:
-  seeds S..S+N-1, S from ``--tideloop-seed``, else 0), ``pct`` (the
-  unperturbed schedule, then PCT schedules of ``--tideloop-depth``
-  change points) or ``systematic`` (every schedule with at most
-  ``--tideloop-bound`` deviations, fewest first; the summary says when the
-  bounded space was exhausted). A failing schedule is shrunk (at most
-  ``--tideloop-shrink`` reruns of the test) and saved as a tape, in
-  ``.tideloop-tapes/`` next to the test file or in ``--tideloop-tape-dir``;
-  the report prints the minimal schedule in words and the command line
-  that replays it.
+- ``--tideloop-seeds=N`` (implies ``--tideloop``): each async test, and
+  each test using ``tideloop_net`` (sync ones too), runs under up to N
+  schedules and stops at the first failing one. The schedules come from
+  ``--tideloop-strategy``: ``random`` (the default: seeds S..S+N-1, S from
+  ``--tideloop-seed``, else 0), ``pct`` (the unperturbed schedule, then PCT
+  schedules of ``--tideloop-depth`` change points) or ``systematic`` (every
+  schedule with at most ``--tideloop-bound`` deviations, fewest first; the
+  summary says when the bounded space was exhausted); a strategy's option
+  given to another strategy is a usage error. A failing schedule is shrunk
+  (at most ``--tideloop-shrink`` reruns of the test) and saved as a tape, in
+  ``.tideloop-tapes/`` next to the test file or in ``--tideloop-tape-dir``
+  (never over another: `Tape.save_new`); the report prints the minimal
+  schedule in words and the command line that replays it. A test's
+  progress shows once it has explored for `PROGRESS_AFTER` real seconds
+  (`_Progress`); ``--tideloop-seeds-budget=SECONDS`` stops exploring a test
+  after that much real time. What each test's exploration did travels with
+  its report (`_Explored`, also from pytest-xdist's workers), for the
+  summary: failing schedules, budgets, the slowest explorations, and a
+  warning naming the tests whose loops slept in real timers (virtual time
+  would skip that).
 - ``--tideloop-tape=FILE`` (implies ``--tideloop``): every test runs under
   that tape's deviations (its exact schedule).
 - ``--tideloop-wakeups`` (with ``--tideloop-seed``, ``--tideloop-seeds``):
@@ -48,8 +59,10 @@ which reads the running test's settings):
 
 - pytest-asyncio 1.4+: its ``pytest_asyncio_loop_factories`` hook, which this
   plugin implements only under ``--tideloop`` options (an implementation
-  changes how pytest-asyncio parametrizes every test). Older releases, and
-  marked tests without the options: the event loop policy.
+  changes how pytest-asyncio parametrizes every test), as a wrapper around
+  the project's own: tideloop's factory joins the project's factories
+  (`_AsyncioLoopFactories`), and only runs on it repeat under seeds. Older
+  releases, and marked tests without the options: the event loop policy.
 - anyio's pytest plugin: a backend given as ``("asyncio", {options})`` gets
   ``loop_factory`` added to its options; a plain ``"asyncio"`` backend builds
   its loop through the policy (rewriting the string into a tuple would break
@@ -79,10 +92,11 @@ import importlib.util
 import inspect
 import re
 import shlex
+import time
 import unittest
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from _pytest.runner import runtestprotocol
@@ -102,99 +116,217 @@ from ._world import seeded_globals
 
 _PLUGIN_NAME = "tideloop-plugin"
 _MARKER_KWARGS = frozenset({"virtual_time", "seed", "autojump_threshold", "livelock_after"})
+#: The fixture pytest-asyncio parametrizes with the loop factory a test runs on.
+_PYTEST_ASYNCIO_FACTORY: Final = "_asyncio_loop_factory"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    """One setting: a command-line option and the ini setting named like it."""
+
+    #: The command-line flag (``--tideloop-seeds``); its ini name and dest
+    #: are the flag without dashes, with underscores (``tideloop_seeds``).
+    flag: str
+    #: "bool", "int", "float", "path" (relative to the ini file's directory
+    #: when set there) or "str"; *choices* for a closed set.
+    kind: str
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+_OPTIONS: Final = (
+    _Option("--tideloop", "bool", "run every asyncio test on tideloop"),
+    _Option(
+        "--tideloop-virtual-time",
+        "bool",
+        "give every test's loops a virtual clock (implies --tideloop)",
+    ),
+    _Option(
+        "--tideloop-autojump-threshold",
+        "float",
+        "real seconds the loop must be idle before virtual time jumps (default 0)",
+        "SECONDS",
+    ),
+    _Option(
+        "--tideloop-seed",
+        "int",
+        "perturb every test's schedule with seed S (implies --tideloop); "
+        "with --tideloop-seeds, the first seed",
+        "S",
+    ),
+    _Option(
+        "--tideloop-seeds",
+        "int",
+        "run each async test (and each test using tideloop_net) under N schedules, "
+        "stop at the first failing one (implies --tideloop)",
+        "N",
+    ),
+    _Option(
+        "--tideloop-seeds-budget",
+        "float",
+        "with --tideloop-seeds: stop exploring a test after SECONDS of real time "
+        "(it passes; the summary says how many schedules ran)",
+        "SECONDS",
+    ),
+    _Option(
+        "--tideloop-strategy",
+        "str",
+        f"how --tideloop-seeds picks schedules: {STRATEGIES.described()} (default: random)",
+        choices=STRATEGIES.names,
+    ),
+    _Option(
+        "--tideloop-depth",
+        "int",
+        "pct: deviations (change points) per schedule (default 2; only with "
+        "--tideloop-strategy=pct)",
+        "D",
+    ),
+    _Option(
+        "--tideloop-bound",
+        "int",
+        "systematic: at most K deviations per schedule (default 2; only with "
+        "--tideloop-strategy=systematic)",
+        "K",
+    ),
+    _Option(
+        "--tideloop-shrink",
+        "int",
+        "rerun a failing test at most RUNS times to shrink its schedule (default 100; 0: do not)",
+        "RUNS",
+    ),
+    _Option(
+        "--tideloop-tape-dir",
+        "path",
+        "where failing schedules' tapes go (default: .tideloop-tapes next to the test)",
+        "DIR",
+    ),
+    _Option(
+        "--tideloop-wakeups",
+        "bool",
+        "with --tideloop-seed(s): also vary how many iterations a task's step "
+        "takes (finds latent races; a failure that needs it is reported as latent)",
+    ),
+    _Option(
+        "--tideloop-livelock-after",
+        "float",
+        "fail a tideloop test whose tasks keep stepping for SECONDS of loop time "
+        "without reaching tideloop.testing.progress() (testing.Livelock)",
+        "SECONDS",
+    ),
+    _Option(
+        "--tideloop-tape",
+        "path",
+        "run every test under this tape's schedule (implies --tideloop)",
+        "FILE",
+    ),
+)
+
+#: Settings that turn tideloop on for every test (the rest refine them).
+_TURN_ON: Final = frozenset(
+    {
+        "tideloop",
+        "tideloop_virtual_time",
+        "tideloop_autojump_threshold",
+        "tideloop_seed",
+        "tideloop_seeds",
+        "tideloop_tape",
+    }
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tideloop", "tideloop: run asyncio tests on tideloop")
+    for option in _OPTIONS:
+        extra: dict[str, Any] = {}
+        if option.kind == "bool":
+            extra["action"] = "store_true"
+        elif option.kind in ("int", "float"):
+            extra["type"] = int if option.kind == "int" else float
+        if option.choices:
+            extra["choices"] = option.choices
+        if option.metavar is not None:
+            extra["metavar"] = option.metavar
+        group.addoption(
+            option.flag,
+            dest=option.name,
+            default=None,
+            help=f"{option.help} [ini: {option.name}]",
+            **extra,
+        )
+        parser.addini(
+            option.name,
+            f"tideloop: {option.help} (the same as {option.flag})",
+            type="string",
+            default="",
+        )
     group.addoption(
-        "--tideloop",
+        "--no-tideloop",
+        dest="no_tideloop",
         action="store_true",
         default=False,
-        help="run every asyncio test on tideloop",
+        help="turn tideloop off whatever the ini file says: no option, ini setting or "
+        "@pytest.mark.tideloop applies (tests using tideloop_clock or tideloop_net "
+        "still get tideloop, which they need)",
     )
-    group.addoption(
-        "--tideloop-virtual-time",
-        action="store_true",
-        default=False,
-        help="give every test's loops a virtual clock (implies --tideloop)",
-    )
-    group.addoption(
-        "--tideloop-autojump-threshold",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="real seconds the loop must be idle before virtual time jumps (default 0)",
-    )
-    group.addoption(
-        "--tideloop-seed",
-        type=int,
-        default=None,
-        metavar="S",
-        help="perturb every test's schedule with seed S (implies --tideloop); "
-        "with --tideloop-seeds, the first seed",
-    )
-    group.addoption(
-        "--tideloop-seeds",
-        type=int,
-        default=None,
-        metavar="N",
-        help="run each async test under N schedules, stop at the first failing one "
-        "(implies --tideloop)",
-    )
-    group.addoption(
-        "--tideloop-strategy",
-        choices=STRATEGIES.names,
-        default="random",
-        help=f"how --tideloop-seeds picks schedules: {STRATEGIES.described()} (default: random)",
-    )
-    group.addoption(
-        "--tideloop-depth",
-        type=int,
-        default=2,
-        metavar="D",
-        help="pct: deviations (change points) per schedule (default 2)",
-    )
-    group.addoption(
-        "--tideloop-bound",
-        type=int,
-        default=2,
-        metavar="K",
-        help="systematic: at most K deviations per schedule (default 2)",
-    )
-    group.addoption(
-        "--tideloop-shrink",
-        type=int,
-        default=100,
-        metavar="RUNS",
-        help="rerun a failing test at most RUNS times to shrink its schedule (0: do not)",
-    )
-    group.addoption(
-        "--tideloop-tape-dir",
-        default=None,
-        metavar="DIR",
-        help="where failing schedules' tapes go (default: .tideloop-tapes next to the test)",
-    )
-    group.addoption(
-        "--tideloop-wakeups",
-        action="store_true",
-        default=False,
-        help="with --tideloop-seed(s): also vary how many iterations a task's step "
-        "takes (finds latent races; a failure that needs it is reported as latent)",
-    )
-    group.addoption(
-        "--tideloop-livelock-after",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="fail a tideloop test whose tasks keep stepping for SECONDS of loop time "
-        "without reaching tideloop.testing.progress() (testing.Livelock)",
-    )
-    group.addoption(
-        "--tideloop-tape",
-        default=None,
-        metavar="FILE",
-        help="run every test under this tape's schedule (implies --tideloop)",
-    )
+
+
+def _settings(config: pytest.Config) -> dict[str, Any]:
+    """Every setting's value: the command line's, else the ini file's, else None.
+
+    Also ``"given"``: the names set on the command line or in the ini file.
+    """
+    values: dict[str, Any] = {}
+    given: set[str] = set()
+    off = bool(config.getoption("no_tideloop"))
+    on_command_line = [o for o in _OPTIONS if config.getoption(o.name) is not None]
+    if off and on_command_line:
+        raise pytest.UsageError(f"--no-tideloop turns tideloop off: drop {on_command_line[0].flag}")
+    for option in _OPTIONS:
+        value = config.getoption(option.name)
+        if value is not None:
+            if option.kind == "path":
+                value = str(value)
+            values[option.name] = value
+            given.add(option.name)
+            continue
+        raw = str(config.getini(option.name)).strip()
+        value = None if not raw or off else _from_ini(config, option, raw)
+        values[option.name] = value
+        if value is not None:
+            given.add(option.name)
+    values["given"] = given
+    return values
+
+
+def _from_ini(config: pytest.Config, option: _Option, raw: str) -> Any:
+    """An ini setting's value, checked as its option's would be."""
+    where = f"ini setting {option.name} = {raw}"
+    if option.kind == "bool":
+        lowered = raw.lower()
+        if lowered in ("true", "yes", "on", "1"):
+            return True
+        if lowered in ("false", "no", "off", "0"):
+            return None  # as if not given
+        raise pytest.UsageError(f"{where}: expected true or false")
+    if option.kind in ("int", "float"):
+        try:
+            return int(raw) if option.kind == "int" else float(raw)
+        except ValueError:
+            raise pytest.UsageError(
+                f"{where}: expected {'an integer' if option.kind == 'int' else 'a number'}"
+            ) from None
+    if option.choices and raw not in option.choices:
+        raise pytest.UsageError(f"{where}: expected one of {', '.join(option.choices)}")
+    if option.kind == "path":
+        # As pytest's own path settings: relative to the ini file's directory.
+        base = config.inipath.parent if config.inipath is not None else config.rootpath
+        return str(base / raw)
+    return raw
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -313,32 +445,55 @@ class _Failure:
 class _Plugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        opt = config.getoption
-        self.virtual_time: bool = opt("tideloop_virtual_time")
-        threshold = opt("tideloop_autojump_threshold")
+        opt = _settings(config)
+        given: set[str] = opt["given"]
+        #: --no-tideloop: options, ini settings and the marker are off.
+        self.off: bool = bool(config.getoption("no_tideloop"))
+        self.virtual_time: bool = bool(opt["tideloop_virtual_time"])
+        threshold = opt["tideloop_autojump_threshold"]
         self.autojump_threshold: float = 0.0 if threshold is None else float(threshold)
         if not self.autojump_threshold >= 0.0:
             raise pytest.UsageError("--tideloop-autojump-threshold must be >= 0")
-        self.seed: int | None = opt("tideloop_seed")
-        self.seeds: int | None = opt("tideloop_seeds")
+        self.seed: int | None = opt["tideloop_seed"]
+        self.seeds: int | None = opt["tideloop_seeds"]
         if self.seeds is not None and self.seeds < 1:
             raise pytest.UsageError("--tideloop-seeds must be at least 1")
-        self.strategy: Recipe = STRATEGIES.get(opt("tideloop_strategy"))
-        self.depth: int = opt("tideloop_depth")
-        self.bound: int = opt("tideloop_bound")
-        self.shrink_budget: int = opt("tideloop_shrink")
+        budget = opt["tideloop_seeds_budget"]
+        self.seeds_budget: float | None = None if budget is None else float(budget)
+        if self.seeds_budget is not None:
+            if self.seeds is None:
+                raise pytest.UsageError(
+                    "--tideloop-seeds-budget limits --tideloop-seeds: give --tideloop-seeds"
+                )
+            if not self.seeds_budget > 0:
+                raise pytest.UsageError("--tideloop-seeds-budget must be > 0")
+        self.strategy: Recipe = STRATEGIES.get(opt["tideloop_strategy"] or "random")
+        depth, bound, shrink = opt["tideloop_depth"], opt["tideloop_bound"], opt["tideloop_shrink"]
+        self.depth: int = 2 if depth is None else depth
+        self.bound: int = 2 if bound is None else bound
+        self.shrink_budget: int = 100 if shrink is None else shrink
         if self.depth < 1 or self.bound < 0 or self.shrink_budget < 0:
             raise pytest.UsageError(
                 "--tideloop-depth must be at least 1, --tideloop-bound and "
                 "--tideloop-shrink at least 0"
             )
-        tape_dir = opt("tideloop_tape_dir")
-        self.tape_dir: str | None = tape_dir
-        livelock_after = opt("tideloop_livelock_after")
+        # A strategy's option given to a strategy that ignores it is a
+        # mistake (pct's depth with random): say so rather than ignore it.
+        options = {"depth": "tideloop_depth", "bound": "tideloop_bound"}
+        for field, takers in STRATEGIES.unused(
+            self.strategy.name, {f for f, name in options.items() if name in given}
+        ):
+            flag = "--" + options[field].replace("_", "-")
+            raise pytest.UsageError(
+                f"{flag} is for --tideloop-strategy={takers}: the {self.strategy.name} "
+                f"strategy does not use it (give --tideloop-strategy={takers}, or drop {flag})"
+            )
+        self.tape_dir: str | None = opt["tideloop_tape_dir"]
+        livelock_after = opt["tideloop_livelock_after"]
         if livelock_after is not None and not livelock_after > 0:
             raise pytest.UsageError("--tideloop-livelock-after must be > 0")
         self.livelock_after: float | None = livelock_after
-        tape_path = opt("tideloop_tape")
+        tape_path = opt["tideloop_tape"]
         self.tape_path: str | None = tape_path
         self.tape: Tape | None = None
         if tape_path is not None:
@@ -350,24 +505,17 @@ class _Plugin:
                 ) from None
             if self.tape.virtual_time:
                 self.virtual_time = True
-        self.wakeups: bool = opt("tideloop_wakeups") or bool(self.tape and self.tape.wakeups)
+        self.wakeups: bool = bool(opt["tideloop_wakeups"]) or bool(self.tape and self.tape.wakeups)
         if self.wakeups and self.seed is None and self.seeds is None and self.tape is None:
             raise pytest.UsageError(
                 "--tideloop-wakeups varies schedules: give --tideloop-seed or --tideloop-seeds"
             )
-        self.enabled: bool = (
-            opt("tideloop")
-            or self.virtual_time
-            or threshold is not None
-            or self.seed is not None
-            or self.seeds is not None
-            or self.tape is not None
-        )
+        self.enabled: bool = bool(given & _TURN_ON) and not self.off
         #: The running test's settings (None between tests).
         self.current: _Settings | None = None
-        self.failures: list[_Failure] = []
-        #: Lines for the summary: tests whose bounded space was exhausted.
-        self.exhausted: list[str] = []
+        #: What each explored test reported (`_Explored`), by node id, from
+        #: this process or pytest-xdist's workers.
+        self.explored: dict[str, _Explored] = {}
         self._previous_policy: Any = None
         self._policy_installed = False
 
@@ -425,10 +573,14 @@ class _Plugin:
     # ------------------------------------------------------------------
     # Which tests, which settings
 
+    def marker(self, item: pytest.Item) -> pytest.Mark | None:
+        """The test's ``@pytest.mark.tideloop``, unless --no-tideloop."""
+        return None if self.off else item.get_closest_marker("tideloop")
+
     def settings_for(
         self, item: pytest.Item, seed: int | None, strategy: Strategy | None = None
     ) -> _Settings:
-        marker = item.get_closest_marker("tideloop")
+        marker = self.marker(item)
         fixtures = getattr(item, "fixturenames", ())
         uses_network = "tideloop_net" in fixtures
         uses_clock = "tideloop_clock" in fixtures or uses_network
@@ -455,13 +607,30 @@ class _Plugin:
         return settings
 
     def seeds_for(self, item: pytest.Item) -> list[int | None]:
-        marker = item.get_closest_marker("tideloop")
+        """The seeds *item* runs under: several under --tideloop-seeds for an
+        async test, and for a test using ``tideloop_net`` (sync or not: the
+        network's faults follow the seed), unless the marker fixes one or
+        pytest-asyncio runs it on a loop factory of the project's own."""
+        marker = self.marker(item)
         if marker is not None and marker.kwargs.get("seed") is not None:
             return [int(marker.kwargs["seed"])]
-        if self.seeds is not None and _is_async_test(item):
+        if (
+            self.seeds is not None
+            and (_is_async_test(item) or "tideloop_net" in getattr(item, "fixturenames", ()))
+            and not self._on_another_factory(item)
+        ):
             base = 0 if self.seed is None else self.seed
             return list(range(base, base + self.seeds))
         return [self.seed]
+
+    def _on_another_factory(self, item: pytest.Item) -> bool:
+        """Whether pytest-asyncio runs *item* on a loop factory other than
+        tideloop's (a project's own, beside which tideloop joined): seeds
+        would vary nothing there."""
+        callspec = getattr(item, "callspec", None)
+        params = getattr(callspec, "params", {})
+        factory = params.get(_PYTEST_ASYNCIO_FACTORY, self.new_loop)
+        return factory is not None and factory != self.new_loop
 
     def replay_command(self, item: pytest.Item, seed: int | None, tape: str | None = None) -> str:
         args = ["pytest", item.nodeid]
@@ -489,7 +658,7 @@ class _Plugin:
                         f"{item.nodeid}: @pytest.mark.tideloop takes only the keyword "
                         f"arguments {sorted(_MARKER_KWARGS)}"
                     )
-                wanted = True
+                wanted = wanted or not self.off
             elif {"tideloop_clock", "tideloop_net"} & set(getattr(item, "fixturenames", ())):
                 wanted = True
         if wanted:
@@ -577,23 +746,63 @@ class _Plugin:
                 fixturedef.cached_result = (result, *cached[1:])
         return result
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Here too under pytest-xdist: its workers' reports carry it.
+        for name, value in report.user_properties:
+            if name == _PROPERTY and isinstance(value, dict):
+                self.explored[report.nodeid] = _Explored(**value)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.exhausted and not self.failures:
+        explored = list(self.explored.values())
+        failures = [e for e in explored if e.failure is not None]
+        if failures:
+            terminalreporter.section("tideloop: failing schedules")
+            for e in failures:
+                f = _Failure(**(e.failure or {}))
+                terminalreporter.line(
+                    f"{f.nodeid}: {f.schedule} failed ({f.passed_before} schedules passed "
+                    "before it)"
+                )
+                # The report itself is in the test's own section (printed
+                # once): here its kind, its timeline and how to replay it.
+                if f.summary:
+                    terminalreporter.line(f"    {f.summary}")
+                terminalreporter.line(f"    replay: {f.replay}")
+        noted = [e for e in explored if e.note and e.failure is None]
+        stopped = [e for e in explored if e.budget_stopped]
+        slow = sorted(
+            (e for e in explored if e.seconds >= PROGRESS_AFTER and not e.budget_stopped),
+            key=lambda e: -e.seconds,
+        )
+        if noted or stopped or slow:
             terminalreporter.section("tideloop: schedules")
-        if not self.failures:
-            for line in self.exhausted:
-                terminalreporter.line(line)
-            return
-        terminalreporter.section("tideloop: failing schedules")
-        for f in self.failures:
+            for e in noted:
+                terminalreporter.line(f"{e.nodeid}: {e.note}")
+            for e in stopped:
+                terminalreporter.line(f"{e.nodeid}: {_ran(e)}")
+            if slow:
+                terminalreporter.line(f"slowest explorations (of {len(explored)}):")
+                for e in slow[:10]:
+                    terminalreporter.line(f"    {e.nodeid}: {_ran(e)}")
+        asleep = [
+            e
+            for e in explored
+            if not e.virtual_time and e.slept >= SLEPT_WARN and e.slept >= SLEPT_SHARE * e.seconds
+        ]
+        if asleep:
+            terminalreporter.section("tideloop: warning: real time asleep under seeds", yellow=True)
+            for e in sorted(asleep, key=lambda e: -e.slept):
+                terminalreporter.line(
+                    f"{e.nodeid}: slept {e.slept:.1f} s of its {e.seconds:.1f} s in timers "
+                    f"over {e.ran} schedule(s) ({e.slept / e.ran:.2f} s each)"
+                )
             terminalreporter.line(
-                f"{f.nodeid}: {f.schedule} failed ({f.passed_before} schedules passed before it)"
+                "These tests wait for real timers (asyncio.sleep, timeouts, call_later) "
+                "on every schedule. Under virtual time those take no real time, and the "
+                "schedules are the same: run them with --tideloop-virtual-time (ini: "
+                "tideloop_virtual_time = true) or mark them "
+                "@pytest.mark.tideloop(virtual_time=True)."
             )
-            if f.summary:
-                terminalreporter.line(f"    {f.summary}")
-            terminalreporter.line(f"    replay: {f.replay}")
-        for line in self.exhausted:
-            terminalreporter.line(line)
 
 
 def _tape_path(plugin: _Plugin, item: pytest.Item) -> Path:
@@ -605,11 +814,105 @@ def _tape_path(plugin: _Plugin, item: pytest.Item) -> Path:
     return Path(str(item.fspath)).parent / ".tideloop-tapes" / f"{stem}__{name}.json"
 
 
+#: Real seconds a test explores quietly; past them its progress shows.
+PROGRESS_AFTER: Final = 2.0
+#: Real seconds between two progress lines of one test.
+PROGRESS_EVERY: Final = 5.0
+#: A test whose loops slept this many real seconds in timers (and this share
+#: of its time) under seeds is named in the summary: virtual time would help.
+SLEPT_WARN: Final = 1.0
+SLEPT_SHARE: Final = 0.2
+#: The report property that carries a test's `_Explored` (to pytest-xdist's
+#: controller too).
+_PROPERTY: Final = "tideloop_explored"
+
+
+@dataclasses.dataclass
+class _Explored:
+    """What exploring one test under several schedules did (sent with its report)."""
+
+    nodeid: str
+    #: Schedules run, of at most *total*.
+    ran: int
+    total: int
+    seconds: float
+    #: Real seconds its loops slept waiting for timers (real time only).
+    slept: float = 0.0
+    virtual_time: bool = False
+    #: Stopped by --tideloop-seeds-budget before *total* (none failed).
+    budget_stopped: bool = False
+    #: A bounded space's end, in words ("... passed (12 schedules: exhausted)").
+    note: str = ""
+    failure: dict[str, Any] | None = None
+
+
+class _Progress:
+    """A test's schedules done out of its total, and its time, on the terminal.
+
+    Quiet while a test is quick: a line appears once it has explored for
+    `PROGRESS_AFTER` real seconds, then every `PROGRESS_EVERY`, and one at
+    its end. Not in pytest-xdist's workers (no terminal there: the
+    controller's summary lists the slow tests).
+    """
+
+    def __init__(self, plugin: _Plugin, item: pytest.Item, total: int) -> None:
+        config = plugin.config
+        worker = hasattr(config, "workerinput")
+        self._terminal = None if worker else config.pluginmanager.get_plugin("terminalreporter")
+        self._nodeid = item.nodeid
+        self._total = total
+        self._budget = plugin.seeds_budget
+        self._at_most = "" if plugin.strategy.by_seed else "at most "
+        self.started = time.perf_counter()
+        self._shown: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def tick(self, done: int) -> None:
+        now = time.perf_counter()
+        elapsed = now - self.started
+        if self._terminal is None or elapsed < PROGRESS_AFTER:
+            return
+        if self._shown is not None and now - self._shown < PROGRESS_EVERY:
+            return
+        self._shown = now
+        left = elapsed / done * (self._total - done)
+        if self._budget is not None:
+            left = min(left, self._budget - elapsed)
+        budget = "" if self._budget is None else f", budget {self._budget:g} s"
+        self._terminal.write_line(
+            f"tideloop: {self._nodeid}: {done}/{self._at_most}{self._total} schedules "
+            f"in {elapsed:.1f} s (about {max(left, 0):.0f} s to go{budget})"
+        )
+
+    def end(self, explored: _Explored) -> None:
+        if self._terminal is None or self._shown is None:
+            return
+        self._terminal.write_line(f"tideloop: {self._nodeid}: {_ran(explored)}")
+
+
+def _ran(explored: _Explored) -> str:
+    """What exploring a test did, in words."""
+    took = f"in {explored.seconds:.1f} s"
+    if explored.failure is not None:
+        return f"schedule {explored.ran} of {explored.total} failed {took}"
+    if explored.budget_stopped:
+        return (
+            f"{explored.ran} of {explored.total} schedules passed {took}, then the "
+            "budget (--tideloop-seeds-budget) stopped it"
+        )
+    return f"{explored.ran} schedules passed {took}"
+
+
 class _SeedRunner:
     """Runs each async test under several schedules (``--tideloop-seeds``)."""
 
     def __init__(self, plugin: _Plugin) -> None:
         self._plugin = plugin
+        #: The running test's bounded space's end, in words ("" if none).
+        self._note = ""
 
     def _schedules(
         self, item: pytest.Item
@@ -633,11 +936,11 @@ class _SeedRunner:
         for i in range(start, n):
             strategy = search.next(base + i, log)
             if strategy is None:
-                plugin.exhausted.append(
-                    f"{item.nodeid}: {search.space} passed ({i} schedules: exhausted)"
+                self._note = (
+                    f"{search.space} passed ({i} schedules: exhausted)"
                     if search.exhausted
-                    else f"{item.nodeid}: {i} schedules passed (a run met more decision "
-                    "points than a log keeps: not exhausted)"
+                    else f"{i} schedules passed (a run met more decision points than a "
+                    "log keeps: not exhausted)"
                 )
                 return
             log = yield base + i, strategy
@@ -657,32 +960,49 @@ class _SeedRunner:
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:
         plugin = self._plugin
-        if len(plugin.seeds_for(item)) == 1:
+        total = len(plugin.seeds_for(item))
+        if total == 1:
             return None
         ihook = item.ihook
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reports: list[pytest.TestReport] = []
+        self._note = ""
+        progress = _Progress(plugin, item, total)
+        explored = _Explored(
+            item.nodeid, 0, total, 0.0, virtual_time=plugin.settings_for(item, 0).virtual_time
+        )
         schedules = self._schedules(item)
         last: DecisionLog | None = None
-        i = 0
         try:
             seed, strategy = next(schedules)
             while True:
                 reports, last = self._run(item, seed, strategy)
+                explored.ran += 1
+                if last is not None:
+                    explored.slept += last.slept
                 if any(r.failed for r in reports):
-                    self._failed(
+                    explored.seconds = progress.elapsed
+                    explored.failure = self._failed(
                         item,
                         seed=seed,
                         strategy=strategy,
                         log=last,
-                        passed_before=i,
+                        passed_before=explored.ran - 1,
                         reports=reports,
                     )
                     break
-                i += 1
+                progress.tick(explored.ran)
+                budget = plugin.seeds_budget
+                if budget is not None and progress.elapsed >= budget and explored.ran < total:
+                    explored.budget_stopped = True
+                    break
                 seed, strategy = schedules.send(last)
         except StopIteration:
             pass
+        if not explored.failure:
+            explored.seconds = progress.elapsed
+        explored.note = self._note
+        progress.end(explored)
         # Now the teardown that the next item expects (what runtestprotocol
         # would have done with the real nextitem).
         setupstate = item.session._setupstate
@@ -695,6 +1015,9 @@ class _SeedRunner:
                 reports[-1] = report
             else:
                 reports.append(report)
+        if reports:
+            carrier = next((r for r in reports if r.when == "call"), reports[-1])
+            carrier.user_properties.append((_PROPERTY, dataclasses.asdict(explored)))
         for report in reports:
             ihook.pytest_runtest_logreport(report=report)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
@@ -709,14 +1032,14 @@ class _SeedRunner:
         log: DecisionLog | None,
         passed_before: int,
         reports: list[pytest.TestReport],
-    ) -> None:
-        """Shrink a failing schedule, save its tape, and say how to replay it."""
+    ) -> dict[str, Any]:
+        """Shrink a failing schedule, save its tape, and say how to replay it
+        (a `_Failure`, as a dict to travel with the report)."""
         plugin = self._plugin
         described = strategy.describe() if strategy is not None else f"seed {seed}"
         if log is None:  # the test built no perturbed loop: only the seed replays
             replay = plugin.replay_command(item, seed)
-            plugin.failures.append(_Failure(item.nodeid, described, passed_before, replay))
-            return
+            return dataclasses.asdict(_Failure(item.nodeid, described, passed_before, replay))
         original = len(log.deviations)
         runs = 0
         if plugin.shrink_budget and log.deviations:
@@ -747,14 +1070,15 @@ class _SeedRunner:
         if trial is not None:
             failed = any(r.failed for r in trial_reports)
             describe_tape(tape, Recorded(trial, recording, None, failed=failed))
-        path = tape.save(_tape_path(plugin, item))
+        path, renamed = tape.save_new(_tape_path(plugin, item))
         timeline = tape.save_timeline(tape_path=path)
         words = tape.report()
         if runs:
             words += f"\n(shrunk from {original} deviation(s) in {runs} run(s))"
+        if renamed:
+            words += f"\n({renamed})"
         replay = plugin.replay_command(item, seed, str(path))
         summary = f"{tape.kind} failure: see its report above; timeline: {timeline}"
-        plugin.failures.append(_Failure(item.nodeid, described, passed_before, replay, summary))
         for report in reports:
             if report.failed:
                 report.sections.append(
@@ -763,19 +1087,33 @@ class _SeedRunner:
                         f"{words}\ntape: {path}\ntimeline: {timeline}\nreplay: {replay}",
                     )
                 )
+        return dataclasses.asdict(_Failure(item.nodeid, described, passed_before, replay, summary))
 
 
 class _AsyncioLoopFactories:
-    """pytest-asyncio's loop-factory hook, registered under ``--tideloop`` only."""
+    """pytest-asyncio's loop-factory hook, registered under ``--tideloop`` only.
+
+    A wrapper around the project's own implementations (a ``conftest.py``'s
+    ``pytest_asyncio_loop_factories``), so they are still asked: tideloop's
+    factory joins theirs as ``"tideloop"`` (theirs keeps the name if they
+    have one). A test naming one of theirs (``loop_factories=["uvloop"]``)
+    runs on it; one naming none runs on each, tideloop included. Without
+    factories of the project's, every test runs on tideloop.
+    """
 
     def __init__(self, plugin: _Plugin) -> None:
         self._plugin = plugin
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(wrapper=True)
     def pytest_asyncio_loop_factories(
         self, config: pytest.Config, item: pytest.Item
-    ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-        return {"tideloop": self._plugin.new_loop}
+    ) -> Generator[None, object, object]:
+        theirs = yield
+        if theirs is None:
+            return {"tideloop": self._plugin.new_loop}
+        if not isinstance(theirs, Mapping):
+            return theirs  # pytest-asyncio says what is wrong with it
+        return {**theirs, "tideloop": theirs.get("tideloop", self._plugin.new_loop)}
 
 
 def _is_async_test(item: pytest.Item) -> bool:

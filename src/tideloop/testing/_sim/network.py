@@ -108,6 +108,11 @@ class SimNetwork:
             self.sometimes_fires,
             self.wall_time,
         )
+        #: The tasks `spawn` started that are not done: asyncio holds tasks
+        #: weakly, so a server nobody else refers to would be collected in
+        #: the middle of its run. The run's end cancels them (``asyncio.run``
+        #: and ``testing.run`` cancel every task left), `crash` its host's.
+        self._spawned: set[asyncio.Task[Any]] = set()
 
     @property
     def real(self) -> Literal["refuse", "allow"]:
@@ -130,6 +135,9 @@ class SimNetwork:
         return self._side.wrap_poller(poller)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A new loop: the tasks spawned on the last one (closed, or the side
+        # refuses this one) are that run's, and go with it.
+        self._spawned = {t for t in self._spawned if t.get_loop() is loop}
         self._side.attach(loop)
 
     def socket(self, family: int, type: int, proto: int, remote: Any = None) -> _Socket:
@@ -174,7 +182,11 @@ class SimNetwork:
         return None if host is None else host.name
 
     def spawn(self, host: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Start *coro* as a task on *host*: its sockets, and its tasks', are that host's."""
+        """Start *coro* as a task on *host*: its sockets, and its tasks', are that host's.
+
+        The network keeps the task until it is done (a server spawned and
+        forgotten runs on); `crash` cancels it, and so does the end of the
+        run (``asyncio.run`` and ``testing.run`` cancel the tasks left)."""
         loop = self._kernel.running_loop()
         h = self._kernel.host(host)
         if not h.up:
@@ -182,7 +194,15 @@ class SimNetwork:
             raise RuntimeError(f"host {host!r} is down (crash() it was; restart() it)")
         context = contextvars.copy_context()
         context.run(HOST.set, h)
-        return loop.create_task(coro, context=context)
+        task = loop.create_task(coro, context=context)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+        return task
+
+    @property
+    def spawned(self) -> frozenset[asyncio.Task[Any]]:
+        """The tasks `spawn` (and `restart`) started on the current loop that are not done."""
+        return frozenset(self._spawned)
 
     # -- clocks ------------------------------------------------------------
 

@@ -1,0 +1,448 @@
+"""Virtual time never hangs on a thread: a job blocked waiting is idle, one at work holds the clock.
+
+Each program runs on the stdlib loop (real time) and under virtual time,
+and must give the same answer: an executor job or thread blocked waiting
+for the program (an ``Event``, a ``Condition``, a ``Queue``, a lock, a
+``select`` with nothing ready) lets virtual time move on; one that
+computes, or sleeps, holds it; one that tideloop cannot tell is let go of
+after a bounded real time, with a `VirtualTimeWarning` naming its frame.
+The `ThreadWatch` tests at the end use short graces to show the rules
+themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import queue
+import selectors
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from tideloop import testing
+from tideloop.testing import VirtualTimeWarning
+from tideloop.testing._threads import ThreadWatch, _blocked, _call_at
+
+Main = Callable[[], Coroutine[Any, Any, object]]
+
+
+def both(main: Main) -> tuple[object, object]:
+    """*main*'s result on the stdlib loop and under virtual time."""
+    return asyncio.run(main()), testing.run(main(), virtual_time=True)
+
+
+def test_the_issues_example_returns_as_on_the_stdlib_loop() -> None:
+    """An executor job waits for an Event the program sets after a sleep."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        ev = threading.Event()
+        fut = loop.run_in_executor(None, ev.wait)
+        await asyncio.sleep(0.1)
+        ev.set()
+        return await asyncio.wait_for(fut, 1), round(loop.time() - start[0], 1)
+
+    start = [0.0]
+
+    async def timed() -> object:
+        start[0] = asyncio.get_running_loop().time()
+        return await main()
+
+    real, virtual = both(timed)
+    assert real == (True, 0.1)
+    assert virtual == (True, 0.1)
+
+
+def waiting_job(kind: str) -> Main:
+    """A program whose executor job waits, in *kind*, for what the program
+    does after 5 s of sleep; it returns what the job saw and the loop's time."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        lock = threading.Lock()
+        rlock = threading.RLock()
+        cond = threading.Condition()
+        q: queue.Queue[int] = queue.Queue()
+        sq: queue.SimpleQueue[int] = queue.SimpleQueue()
+        box: list[int] = []
+        r, w = socket.socketpair()
+
+        def with_lock() -> int:
+            with lock:
+                return 1
+
+        def acquire() -> int:
+            lock.acquire()
+            lock.release()
+            return 2
+
+        def condition() -> int:
+            with cond:
+                cond.wait_for(lambda: box)
+            return box[0]
+
+        def in_select() -> bytes:
+            with selectors.DefaultSelector() as sel:
+                sel.register(r, selectors.EVENT_READ)
+                sel.select()
+            return r.recv(10)
+
+        def receive() -> bytes:
+            return r.recv(10)
+
+        def rlock_held() -> int:
+            with rlock:
+                return 7
+
+        event = threading.Event()
+        jobs: dict[str, Callable[[], object]] = {
+            "event": event.wait,
+            "with lock": with_lock,
+            "acquire": acquire,
+            "lock.acquire itself": lock.acquire,
+            "rlock": rlock_held,
+            "condition": condition,
+            "queue": q.get,
+            "simple queue": sq.get,
+            "select": in_select,
+            "recv": receive,
+        }
+        holder: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def hold_rlock() -> None:
+            with rlock:
+                holder.set_result(None)
+                event.wait()
+
+        helper = threading.Thread(target=hold_rlock)
+        if kind == "rlock":
+            helper.start()
+            holder.result()
+        lock.acquire()
+        try:
+            fut = loop.run_in_executor(None, jobs[kind])
+            await asyncio.sleep(5)
+            # What the job waits for, from the program.
+            event.set()
+            lock.release()
+            with cond:
+                box.append(3)
+                cond.notify_all()
+            q.put(4)
+            sq.put(5)
+            w.send(b"6")
+            result = await asyncio.wait_for(fut, 1)
+            if kind == "lock.acquire itself":
+                lock.release()
+            return result, round(loop.time() - t0, 3)
+        finally:
+            event.set()
+            if lock.locked() and kind != "lock.acquire itself":
+                lock.release()
+            if kind == "rlock":
+                helper.join()
+            r.close()
+            w.close()
+
+    return main
+
+
+KINDS = [
+    "event",
+    "with lock",
+    "acquire",
+    "lock.acquire itself",
+    "rlock",
+    "condition",
+    "queue",
+    "simple queue",
+    "select",
+    "recv",
+]
+EXPECTED = {
+    "event": True,
+    "with lock": 1,
+    "acquire": 2,
+    "lock.acquire itself": True,
+    "rlock": 7,
+    "condition": 3,
+    "queue": 4,
+    "simple queue": 5,
+    "select": b"6",
+    "recv": b"6",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_job_blocked_waiting_for_the_program_lets_time_move(kind: str) -> None:
+    """On the stdlib loop each takes 5 s of real time; under virtual time,
+    the job is idle, so the clock jumps the 5 s at once (no warning: the
+    watch could tell). The stdlib run of two of them keeps the suite honest
+    without spending 45 s."""
+    with warnings_as_errors():
+        virtual = testing.run(waiting_job(kind)(), virtual_time=True)
+    assert virtual == (EXPECTED[kind], 5.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["with lock", "simple queue"])
+def test_the_same_programs_on_the_stdlib_loop(kind: str) -> None:
+    result, elapsed = asyncio.run(waiting_job(kind)())  # type: ignore[misc]
+    assert result == EXPECTED[kind]
+    assert elapsed == pytest.approx(5.0, abs=0.5)
+
+
+class warnings_as_errors:
+    """A VirtualTimeWarning raised as an error (the suite's filter does it
+    too; this keeps the tests right under any -W)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._cm = warnings.catch_warnings()
+        self._cm.__enter__()
+        warnings.simplefilter("error", VirtualTimeWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        self._cm.__exit__(*exc)
+
+
+def test_a_thread_of_the_programs_blocked_on_a_lock_lets_time_move() -> None:
+    """Not a job: a thread the program started, blocked in ``with lock``."""
+    lock = threading.Lock()
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def worker() -> None:
+            with lock:
+                loop.call_soon_threadsafe(done.set_result, loop.time())
+
+        lock.acquire()
+        thread = threading.Thread(target=worker)
+        thread.start()
+        try:
+            await asyncio.sleep(30)
+            lock.release()
+            return await asyncio.wait_for(done, 1)
+        finally:
+            thread.join()
+
+    with warnings_as_errors():
+        assert testing.run(main(), virtual_time=True) == 30.0
+
+
+def test_a_job_that_computes_holds_the_clock() -> None:
+    """A job at work (here 50 ms of sleep: busy) is not jumped past by a
+    timeout, as on the stdlib loop."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(None, time.sleep, 0.05)
+        try:
+            await asyncio.wait_for(fut, 0.5)
+        except TimeoutError:
+            return "timeout"
+        return "done"
+
+    assert both(main) == ("done", "done")
+
+
+def test_a_job_tideloop_cannot_tell_is_let_go_of_with_a_warning() -> None:
+    """A job blocked in ``os.read`` of a pipe the program writes after a
+    sleep: a blocking call tideloop cannot see into. After a bounded real
+    time (GRACE) it says so, naming the thread, the job and its frame, and
+    the clock moves on; the job, once its read returns, holds the clock
+    again, so the run ends as on the stdlib loop."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        try:
+
+            def receive(fd: int = r) -> bytes:
+                return os.read(fd, 10)
+
+            fut = loop.run_in_executor(None, receive)
+            await asyncio.sleep(3)
+            os.write(w, b"late")
+            return await asyncio.wait_for(fut, 1)
+        finally:
+            os.close(r)
+            os.close(w)
+
+    with pytest.warns(VirtualTimeWarning) as record:
+        assert testing.run(main(), virtual_time=True) == b"late"
+    [warning] = record
+    text = str(warning.message)
+    assert "virtual time moves on without thread 'asyncio_0'" in text
+    assert "running the executor job" in text and "receive" in text
+    assert f"{__file__}:" in text  # the job's own frame, where it blocks
+    assert "cannot tell whether it works or waits" in text
+
+
+# ----------------------------------------------------------------------
+# ThreadWatch's rules, with short graces
+
+
+@pytest.fixture
+def threads() -> Iterator[list[threading.Thread]]:
+    started: list[threading.Thread] = []
+    yield started
+    for thread in started:
+        thread.join(5)
+        assert not thread.is_alive()
+
+
+def start(threads: list[threading.Thread], target: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=target, name="watched")
+    thread.start()
+    threads.append(thread)
+    return thread
+
+
+def watch_for(watch: ThreadWatch, seconds: float, jobs: tuple[object, ...] = ()) -> list[bool]:
+    """What *watch* says every 10 ms for *seconds* of real time."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.append(watch(jobs))
+        time.sleep(0.01)
+    return seen
+
+
+def test_a_computing_thread_holds_the_clock_past_the_grace(
+    threads: list[threading.Thread],
+) -> None:
+    stop = threading.Event()
+
+    def compute() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    watch = ThreadWatch(set(), grace=0.05, compute_grace=5.0)
+    start(threads, compute)
+    try:
+        with warnings_as_errors():
+            seen = watch_for(watch, 0.3)
+    finally:
+        stop.set()
+    assert all(seen)
+
+
+def test_a_sleeping_thread_holds_the_clock_for_its_sleep(
+    threads: list[threading.Thread],
+) -> None:
+    watch = ThreadWatch(set(), grace=0.05, compute_grace=5.0)
+    start(threads, lambda: time.sleep(0.4))
+    with warnings_as_errors():
+        assert all(watch_for(watch, 0.25))
+
+
+def test_a_thread_blocked_in_an_unknown_call_is_let_go_of_once(
+    threads: list[threading.Thread],
+) -> None:
+    """Let go of after the grace, with one warning; held again once the
+    call returns (its CPU time moves), until it is next seen idle."""
+    r, w = os.pipe()
+    go_on = threading.Event()
+    try:
+        watch = ThreadWatch(set(), grace=0.05, compute_grace=5.0)
+
+        def reader() -> None:
+            os.read(r, 1)
+            n = 0
+            while not go_on.is_set():  # works after the read
+                n += 1
+
+        start(threads, reader)
+        with pytest.warns(VirtualTimeWarning, match=r"thread 'watched'.*reader") as record:
+            seen = watch_for(watch, 0.3)
+        assert seen[0] and not seen[-1]
+        assert len(record) == 1  # once
+        os.write(w, b"x")
+        with warnings_as_errors():
+            assert watch_for(watch, 0.03)[-1]  # it woke: it holds the clock again
+    finally:
+        go_on.set()
+        os.write(w, b"x")
+        os.close(r)
+        os.close(w)
+
+
+def test_a_job_out_of_sight_holds_the_clock_then_is_let_go_of() -> None:
+    """A running job no thread here runs (a process pool's) holds the clock
+    for COMPUTE_GRACE; a queued one does not."""
+    running: concurrent.futures.Future[None] = concurrent.futures.Future()
+    assert running.set_running_or_notify_cancel()
+    queued: concurrent.futures.Future[None] = concurrent.futures.Future()
+    watch = ThreadWatch(set(threading_idents()), grace=0.05, compute_grace=0.1)
+    assert not watch((queued,))
+    assert watch((running,))
+    with pytest.warns(VirtualTimeWarning, match="no thread of this process"):
+        seen = watch_for(watch, 0.3, (running,))
+    assert seen[0] and not seen[-1]
+
+
+def threading_idents() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.ident is not None}
+
+
+def test_the_call_a_blocked_thread_makes_is_read_off_its_frame(
+    threads: list[threading.Thread],
+) -> None:
+    locks = [threading.Lock() for _ in range(3)]
+    for lock in locks:
+        lock.acquire()
+    sq: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def blocked(target: Callable[[], object]) -> tuple[bool, float | None]:
+        """(waits, sleeps) once the thread running *target* is in its call."""
+        thread = start(threads, target)
+        for _ in range(500):
+            frame = sys._current_frames().get(thread.ident or 0)
+            call = None if frame is None else _call_at(frame)
+            name = getattr(call and call[0], "__name__", "")
+            if call is not None and name in ("sleep", "acquire", "__enter__", "get"):
+                seen = _blocked(call)
+                return seen.waits, seen.sleeps
+            time.sleep(0.002)
+        return (False, None)
+
+    def sleeps() -> None:
+        delay = 0.3
+        time.sleep(delay)
+
+    first, second, third = locks
+
+    def acquire() -> None:
+        first.acquire()
+
+    def with_lock() -> None:
+        with second:
+            pass
+
+    def timed_acquire() -> None:
+        third.acquire(timeout=0.3)
+
+    def get() -> None:  # (as Thread's target itself, the call is Thread.run's)
+        sq.get()
+
+    assert blocked(sleeps) == (False, 0.3)
+    assert blocked(acquire) == (True, None)
+    assert blocked(with_lock) == (True, None)
+    assert blocked(get) == (True, None)
+    assert blocked(timed_acquire) == (False, None)  # timed: it acts on its own
+    for lock in locks:
+        lock.release()
+    sq.put(1)
