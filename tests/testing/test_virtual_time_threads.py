@@ -18,6 +18,7 @@ import os
 import queue
 import selectors
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -258,11 +259,42 @@ def test_a_job_that_computes_holds_the_clock() -> None:
 
 
 def test_a_job_tideloop_cannot_tell_is_let_go_of_with_a_warning() -> None:
-    """A job blocked in ``os.read`` of a pipe the program writes after a
+    """A job blocked in ``os.waitpid`` for a child the program kills after a
     sleep: a blocking call tideloop cannot see into. After a bounded real
     time (GRACE) it says so, naming the thread, the job and its frame, and
-    the clock moves on; the job, once its read returns, holds the clock
+    the clock moves on; the job, once its call returns, holds the clock
     again, so the run ends as on the stdlib loop."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+
+            def receive(pid: int = child.pid) -> int:
+                return os.waitpid(pid, 0)[0]
+
+            fut = loop.run_in_executor(None, receive)
+            await asyncio.sleep(3)
+            child.kill()
+            return await asyncio.wait_for(fut, 1) == child.pid
+        finally:
+            child.kill()
+            child.returncode = 0  # reaped by the job (Popen must not wait for it)
+
+    with pytest.warns(VirtualTimeWarning) as record:
+        assert testing.run(main(), virtual_time=True) is True
+    [warning] = record
+    text = str(warning.message)
+    assert "virtual time moves on without thread 'asyncio_0'" in text
+    assert "running the executor job" in text and "receive" in text
+    assert f"{__file__}:" in text  # the job's own frame, where it blocks
+    assert "cannot tell whether it works or waits" in text
+
+
+def test_a_job_reading_a_pipe_waits_for_the_program() -> None:
+    """A job blocked in ``os.read`` of a pipe with nothing to read waits for
+    a writer: the clock moves on at once (no warning), and the run ends as
+    on the stdlib loop."""
 
     async def main() -> object:
         loop = asyncio.get_running_loop()
@@ -280,14 +312,10 @@ def test_a_job_tideloop_cannot_tell_is_let_go_of_with_a_warning() -> None:
             os.close(r)
             os.close(w)
 
-    with pytest.warns(VirtualTimeWarning) as record:
+    start = time.monotonic()
+    with warnings_as_errors():
         assert testing.run(main(), virtual_time=True) == b"late"
-    [warning] = record
-    text = str(warning.message)
-    assert "virtual time moves on without thread 'asyncio_0'" in text
-    assert "running the executor job" in text and "receive" in text
-    assert f"{__file__}:" in text  # the job's own frame, where it blocks
-    assert "cannot tell whether it works or waits" in text
+    assert time.monotonic() - start < 2.5  # 3 s of loop time, in less real time
 
 
 # ----------------------------------------------------------------------
@@ -330,7 +358,7 @@ def test_a_computing_thread_holds_the_clock_past_the_grace(
         while not stop.is_set():
             n += 1
 
-    watch = ThreadWatch(set(), grace=0.05, compute_grace=5.0)
+    watch = ThreadWatch(others(), grace=0.05, compute_grace=5.0)
     start(threads, compute)
     try:
         with warnings_as_errors():
@@ -343,7 +371,7 @@ def test_a_computing_thread_holds_the_clock_past_the_grace(
 def test_a_sleeping_thread_holds_the_clock_for_its_sleep(
     threads: list[threading.Thread],
 ) -> None:
-    watch = ThreadWatch(set(), grace=0.05, compute_grace=5.0)
+    watch = ThreadWatch(others(), grace=0.05, compute_grace=5.0)
     start(threads, lambda: time.sleep(0.4))
     with warnings_as_errors():
         assert all(watch_for(watch, 0.25))
@@ -354,15 +382,18 @@ def test_a_thread_blocked_in_an_unknown_call_is_let_go_of_once(
 ) -> None:
     """Let go of after the grace, with one warning; held again once the
     call returns (its CPU time moves), until it is next seen idle."""
-    r, w = os.pipe()
+    # waitpid() for a child: a C call the watch does not know (a blocking
+    # read of a pipe it does know: a wait).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     go_on = threading.Event()
     try:
-        watch = ThreadWatch(set(), grace=0.05, compute_grace=5.0)
+        watch = ThreadWatch(others(), grace=0.05, compute_grace=5.0)
+        pid = child.pid
 
         def reader() -> None:
-            os.read(r, 1)
+            os.waitpid(pid, 0)
             n = 0
-            while not go_on.is_set():  # works after the read
+            while not go_on.is_set():  # works after the wait
                 n += 1
 
         start(threads, reader)
@@ -370,14 +401,13 @@ def test_a_thread_blocked_in_an_unknown_call_is_let_go_of_once(
             seen = watch_for(watch, 0.3)
         assert seen[0] and not seen[-1]
         assert len(record) == 1  # once
-        os.write(w, b"x")
+        child.kill()
         with warnings_as_errors():
             assert watch_for(watch, 0.03)[-1]  # it woke: it holds the clock again
     finally:
         go_on.set()
-        os.write(w, b"x")
-        os.close(r)
-        os.close(w)
+        child.kill()
+        child.wait()
 
 
 def test_a_job_out_of_sight_holds_the_clock_then_is_let_go_of() -> None:
@@ -386,7 +416,7 @@ def test_a_job_out_of_sight_holds_the_clock_then_is_let_go_of() -> None:
     running: concurrent.futures.Future[None] = concurrent.futures.Future()
     assert running.set_running_or_notify_cancel()
     queued: concurrent.futures.Future[None] = concurrent.futures.Future()
-    watch = ThreadWatch(set(threading_idents()), grace=0.05, compute_grace=0.1)
+    watch = ThreadWatch(others(), grace=0.05, compute_grace=0.1)
     assert not watch((queued,))
     assert watch((running,))
     with pytest.warns(VirtualTimeWarning, match="no thread of this process"):
@@ -396,6 +426,13 @@ def test_a_job_out_of_sight_holds_the_clock_then_is_let_go_of() -> None:
 
 def threading_idents() -> set[int]:
     return {t.ident for t in threading.enumerate() if t.ident is not None}
+
+
+def others() -> set[int]:
+    """Every thread alive now: a watch of the test's own threads leaves them
+    out (pytest-xdist's execnet thread reads its channel in a call the watch
+    cannot read: computed arguments)."""
+    return set(sys._current_frames())
 
 
 def test_the_call_a_blocked_thread_makes_is_read_off_its_frame(

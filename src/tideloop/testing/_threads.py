@@ -85,11 +85,13 @@ import concurrent.futures.thread
 import dis
 import functools
 import inspect
+import io
 import os
 import queue
 import select
 import selectors
 import socket
+import stat
 import sys
 import threading
 import time
@@ -464,7 +466,52 @@ def _blocked(call: _Call) -> _Blocked:
         if owner.gettimeout() is not None or fd < 0:
             return _NOT_BLOCKED
         return _Blocked(waits=not _ready(fd, select.POLLIN), settle=True, traceless=True)
+    read_fd = _read_fd(fn, owner, name, args)
+    if read_fd is not None:
+        # A blocking read of a pipe, a tty or a socket file with nothing to
+        # read (pytest-xdist's execnet reads its channel this way): it waits
+        # for a peer to write.
+        return _Blocked(waits=not _ready(read_fd, select.POLLIN), settle=True, traceless=True)
     return _NOT_BLOCKED
+
+
+#: Bound now: a simulated disk (seeded_globals) patches os's file calls.
+_OS_READ: Final = os.read
+_FSTAT: Final = os.fstat
+_GET_BLOCKING: Final = os.get_blocking
+
+_FILE_TYPES: Final = (io.FileIO, io.BufferedReader, io.TextIOWrapper)
+#: Reads of a file object (io's and os's) that wait for data on a pipe.
+_FILE_READS: Final = frozenset({"read", "readinto", "readline", "read1", "readinto1"})
+
+
+def _read_fd(fn: object, owner: object, name: str, args: tuple[Any, ...]) -> int | None:
+    """The fd that a blocking read (``os.read(fd, n)``, a pipe's file object's
+    ``read``) waits on, if *fn* is one; else None. Regular files never wait."""
+    fd: object = None
+    if (fn is _OS_READ or fn is os.read) and args:
+        fd = args[0]
+    elif (
+        isinstance(owner, (io.FileIO, io.BufferedReader, io.TextIOWrapper)) and name in _FILE_READS
+    ):
+        try:
+            fd = owner.fileno()
+        except (OSError, ValueError):
+            return None
+    if not isinstance(fd, int) or fd < 0:
+        return None
+    try:
+        mode = _FSTAT(fd).st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
+        return None
+    try:
+        if not _GET_BLOCKING(fd):
+            return None  # it returns at once (EAGAIN): not a wait
+    except OSError:
+        return None
+    return fd
 
 
 def _ready(fd: int, mask: int) -> bool:
