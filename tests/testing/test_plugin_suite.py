@@ -144,6 +144,24 @@ def test_no_tideloop_turns_it_off_whatever_the_ini_says(project: pytest.Pytester
     result.stderr.fnmatch_lines(["*--no-tideloop turns tideloop off: drop --tideloop-seeds*"])
 
 
+def test_no_tideloop_leaves_a_marked_test_its_clock_fixture(project: pytest.Pytester) -> None:
+    """A marked test that uses tideloop_clock: --no-tideloop voids the marker,
+    but the fixture still needs (and gets) tideloop, with virtual time."""
+    project.makepyfile(
+        test_marked=(
+            "import asyncio\n"
+            "import pytest\n"
+            "@pytest.mark.asyncio\n"
+            "@pytest.mark.tideloop(virtual_time=True, seed=3)\n"
+            "async def test_clock(tideloop_clock):\n"
+            "    await asyncio.sleep(30)\n"
+            "    assert type(asyncio.get_running_loop()).__module__.startswith('tideloop')\n"
+            "    assert asyncio.get_running_loop().time() == 30\n"
+        )
+    )
+    run(project, "--no-tideloop").assert_outcomes(passed=1)
+
+
 def test_ini_settings_search_and_the_command_line_wins(project: pytest.Pytester) -> None:
     ini(project, tideloop_seeds="30", tideloop_tape_dir="tapes")
     project.makepyfile(test_race=RACE)

@@ -659,7 +659,9 @@ class _Plugin:
                         f"arguments {sorted(_MARKER_KWARGS)}"
                     )
                 wanted = wanted or not self.off
-            elif {"tideloop_clock", "tideloop_net"} & set(getattr(item, "fixturenames", ())):
+            # (Also with a marker that --no-tideloop made void: these
+            # fixtures need tideloop whatever the settings say.)
+            if {"tideloop_clock", "tideloop_net"} & set(getattr(item, "fixturenames", ())):
                 wanted = True
         if wanted:
             self.install_policy()
