@@ -65,6 +65,8 @@ else:
             ["src/tideloop/_core/_native.c"],
             optional=True,
             extra_compile_args=flags,
+            include_dirs=["src/tideloop"],  # _native_common.h
+            depends=["src/tideloop/_native_common.h"],
         )
     )
     # The transports' per-message paths; used only with the core above.
@@ -74,6 +76,8 @@ else:
             ["src/tideloop/_transports/_native.c"],
             optional=True,
             extra_compile_args=flags,
+            include_dirs=["src/tideloop"],
+            depends=["src/tideloop/_native_common.h"],
         )
     )
 

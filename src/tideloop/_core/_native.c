@@ -47,6 +47,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include "_native_common.h"
 #include <time.h>
 #include <math.h>
 #include <errno.h>
@@ -56,15 +58,6 @@
 #define TL_EPOLL 1
 #endif
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define TL_T_OBJECT_EX Py_T_OBJECT_EX
-#define TL_T_BOOL Py_T_BOOL
-#define TL_READONLY Py_READONLY
-#else
-#define TL_T_OBJECT_EX T_OBJECT_EX
-#define TL_T_BOOL T_BOOL
-#define TL_READONLY READONLY
-#endif
 
 /* ------------------------------------------------------------------ */
 /* Module-wide state: set once by configure(), read by the hot paths.  */
@@ -95,7 +88,6 @@ static PyObject *s_context, *s_call_exception_handler, *s_call_soon_debug, *s_ru
     *s_push, *s_push_far, *s_readers, *s_writers, *s_ready_attr, *s_remove_reader,
     *s_remove_writer;
 
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 /* ------------------------------------------------------------------ */
 /* ReadyQueue                                                           */
@@ -393,14 +385,6 @@ counters_dealloc(Counters *self)
     counters_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
-
-#if PY_VERSION_HEX >= 0x030C0000
-#define TL_T_LONGLONG Py_T_LONGLONG
-#define TL_T_DOUBLE Py_T_DOUBLE
-#else
-#define TL_T_LONGLONG T_LONGLONG
-#define TL_T_DOUBLE T_DOUBLE
-#endif
 
 static PyMemberDef counters_members[] = {
     {"seq", TL_T_LONGLONG, offsetof(Counters, seq), 0, NULL},
@@ -1023,19 +1007,7 @@ report_callback_error(Core *self, PyObject *handle)
     if (PyErr_ExceptionMatches(PyExc_SystemExit) || PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
         return -1;
     }
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL) {
-        PyException_SetTraceback(value, tb);
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    PyObject *exc = value;
-#endif
+    PyObject *exc = take_exception();
     if (exc == NULL) {
         return 0;
     }
@@ -1279,6 +1251,51 @@ dispatch_side(PyObject *registry, PyObject *table, PyObject *fd, ReadyQueue *rea
     return rc;
 }
 
+/* What FdRegistry.dispatch works on (owned references): its registry's
+ * ready queue and reader and writer tables. */
+typedef struct {
+    PyObject *registry; /* borrowed */
+    PyObject *ready, *readers, *writers;
+} DispatchTarget;
+
+/* Fill *t* from *registry*: 1 ready, 0 not the registry we know (call its
+ * Python method), -1 error. release_target() in every case. */
+static int
+open_target(PyObject *registry, DispatchTarget *t)
+{
+    t->registry = registry;
+    t->ready = PyObject_GetAttr(registry, s_ready_attr);
+    t->readers = t->ready ? PyObject_GetAttr(registry, s_readers) : NULL;
+    t->writers = t->readers ? PyObject_GetAttr(registry, s_writers) : NULL;
+    if (t->writers == NULL) {
+        return -1;
+    }
+    return PyObject_TypeCheck(t->ready, &ReadyQueueType) && PyDict_CheckExact(t->readers) &&
+           PyDict_CheckExact(t->writers);
+}
+
+static void
+release_target(DispatchTarget *t)
+{
+    Py_CLEAR(t->ready);
+    Py_CLEAR(t->readers);
+    Py_CLEAR(t->writers);
+}
+
+/* One ready fd (borrowed) with its event bits: 0, or -1 with an error set. */
+static int
+dispatch_fd(DispatchTarget *t, PyObject *fd, long bits)
+{
+    ReadyQueue *ready = (ReadyQueue *)t->ready;
+    if ((bits & reader_bits) && dispatch_side(t->registry, t->readers, fd, ready, s_remove_reader) < 0) {
+        return -1;
+    }
+    if ((bits & writer_bits) && dispatch_side(t->registry, t->writers, fd, ready, s_remove_writer) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
 /* FdRegistry.dispatch(events) for *registry*: 1 done, 0 not applicable
  * (call the Python method), -1 error. */
 static int
@@ -1287,47 +1304,37 @@ native_dispatch(PyObject *registry, PyObject *events)
     if (!PyList_CheckExact(events)) {
         return 0;
     }
-    PyObject *ready = PyObject_GetAttr(registry, s_ready_attr);
-    PyObject *readers = ready ? PyObject_GetAttr(registry, s_readers) : NULL;
-    PyObject *writers = readers ? PyObject_GetAttr(registry, s_writers) : NULL;
-    int rc = -1;
-    if (writers == NULL) {
-        goto done;
-    }
-    if (!PyObject_TypeCheck(ready, &ReadyQueueType) || !PyDict_CheckExact(readers) ||
-        !PyDict_CheckExact(writers)) {
-        rc = 0;
-        goto done;
+    DispatchTarget t;
+    int rc = open_target(registry, &t);
+    if (rc <= 0) {
+        release_target(&t);
+        return rc;
     }
     /* The events list is the poller's, of this iteration: nothing else
      * holds it, but a callback of dispatch (remove_reader) runs Python
      * code, so it is read by index each time. */
+    rc = 1;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *event = PyList_GET_ITEM(events, i);
         if (!PyTuple_CheckExact(event) || PyTuple_GET_SIZE(event) != 2) {
             PyErr_SetString(PyExc_TypeError, "a poll event must be a (fd, bits) tuple");
-            goto done;
+            rc = -1;
+            break;
         }
-        PyObject *fd = PyTuple_GET_ITEM(event, 0);
         long bits = PyLong_AsLong(PyTuple_GET_ITEM(event, 1));
         if (bits == -1 && PyErr_Occurred()) {
-            goto done;
+            rc = -1;
+            break;
         }
         Py_INCREF(event);
-        int failed = ((bits & reader_bits) &&
-                      dispatch_side(registry, readers, fd, (ReadyQueue *)ready, s_remove_reader) < 0) ||
-                     ((bits & writer_bits) &&
-                      dispatch_side(registry, writers, fd, (ReadyQueue *)ready, s_remove_writer) < 0);
+        int failed = dispatch_fd(&t, PyTuple_GET_ITEM(event, 0), bits) < 0;
         Py_DECREF(event);
         if (failed) {
-            goto done;
+            rc = -1;
+            break;
         }
     }
-    rc = 1;
-done:
-    Py_XDECREF(ready);
-    Py_XDECREF(readers);
-    Py_XDECREF(writers);
+    release_target(&t);
     return rc;
 }
 
@@ -1479,16 +1486,13 @@ raw_poll(Core *self, PyObject *ep, int block_forever, double timeout)
 static int
 raw_dispatch(Core *self, int n)
 {
-    PyObject *registry = PyMethod_GET_SELF(self->dispatch);
-    PyObject *ready = PyObject_GetAttr(registry, s_ready_attr);
-    PyObject *readers = ready ? PyObject_GetAttr(registry, s_readers) : NULL;
-    PyObject *writers = readers ? PyObject_GetAttr(registry, s_writers) : NULL;
+    DispatchTarget t;
+    int known = open_target(PyMethod_GET_SELF(self->dispatch), &t);
     int rc = -1;
-    if (writers == NULL) {
+    if (known < 0) {
         goto done;
     }
-    if (!PyObject_TypeCheck(ready, &ReadyQueueType) || !PyDict_CheckExact(readers) ||
-        !PyDict_CheckExact(writers)) {
+    if (!known) {
         /* Not the registry we know: its dispatch, with the list it takes. */
         PyObject *events = PyList_New(n);
         if (events == NULL) {
@@ -1511,15 +1515,11 @@ raw_dispatch(Core *self, int n)
     for (int i = 0; i < n; i++) {
         /* Read from the buffer each time: a dispatch side runs Python code
          * (remove_reader) but never polls, so the buffer stays as it is. */
-        long bits = (long)self->events[i].events;
         PyObject *fd = PyLong_FromLong(self->events[i].data.fd);
         if (fd == NULL) {
             goto done;
         }
-        int failed = ((bits & reader_bits) &&
-                      dispatch_side(registry, readers, fd, (ReadyQueue *)ready, s_remove_reader) < 0) ||
-                     ((bits & writer_bits) &&
-                      dispatch_side(registry, writers, fd, (ReadyQueue *)ready, s_remove_writer) < 0);
+        int failed = dispatch_fd(&t, fd, (long)self->events[i].events) < 0;
         Py_DECREF(fd);
         if (failed) {
             goto done;
@@ -1527,9 +1527,7 @@ raw_dispatch(Core *self, int n)
     }
     rc = 0;
 done:
-    Py_XDECREF(ready);
-    Py_XDECREF(readers);
-    Py_XDECREF(writers);
+    release_target(&t);
     return rc;
 }
 #endif
@@ -2030,28 +2028,6 @@ static PyTypeObject CoreType = {
 /* ------------------------------------------------------------------ */
 /* configure(): what the hot paths need from the Python side.           */
 
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) {
-        return -1;
-    }
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ member", type->tp_name, name);
-        Py_DECREF(descr);
-        return -1;
-    }
-    PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
-    if (def->type != TL_T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not an object slot", type->tp_name, name);
-        Py_DECREF(descr);
-        return -1;
-    }
-    *out = def->offset;
-    Py_DECREF(descr);
-    return 0;
-}
 
 static PyObject *
 native_configure(PyObject *module, PyObject *args, PyObject *kwds)

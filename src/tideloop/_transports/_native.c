@@ -51,6 +51,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include "_native_common.h"
 #include <errno.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -58,13 +60,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define TL_T_OBJECT_EX Py_T_OBJECT_EX
-#else
-#define TL_T_OBJECT_EX T_OBJECT_EX
-#endif
 
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 /* The largest read of the static buffer (asyncio's max_size). */
 #define READ_BUF_SIZE (256 * 1024)
@@ -105,27 +101,6 @@ static PyObject *mode_small, *mode_large, *minus_one;
 /* ------------------------------------------------------------------ */
 /* Errors, as the pure methods' except clauses treat them              */
 
-/* The raised exception, taken (NULL if none). */
-static PyObject *
-take_exception(void)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    return PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (type == NULL) {
-        return NULL;
-    }
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL) {
-        PyException_SetTraceback(value, tb);
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    return value;
-#endif
-}
 
 /* Call self.<method>(exc[, msg]) "in the except block" of exc: with exc as
  * the handled exception, so that sys.exc_info() is exc and what the call
@@ -210,36 +185,33 @@ sock_fd(PyObject *sock, int *fd)
     return 0;
 }
 
-/* recv(2) with the socket module's EINTR rule. >= 0: bytes read; -1:
- * EAGAIN (nothing set); -2: an error is set. */
-static Py_ssize_t
-do_recv(int fd, char *buf, Py_ssize_t size)
-{
-    for (;;) {
-        ssize_t n = recv(fd, buf, (size_t)size, 0);
-        if (n >= 0) {
-            return (Py_ssize_t)n;
-        }
-        if (errno == EINTR) {
-            if (PyErr_CheckSignals() < 0) {
-                return -2;
-            }
-            continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            return -1;
-        }
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -2;
-    }
-}
+/* The socket calls of the fast paths. */
+enum { OP_RECV, OP_SEND, OP_RECVFROM, OP_SENDTO };
 
-/* send(2) likewise. */
+/* recv(2), send(2), recvfrom(2) (the peer into *ss*, *len*) or sendto(2) (to
+ * *ss*) on *fd*, with the socket module's EINTR rule (PEP 475: retried after
+ * running signal handlers). >= 0: bytes moved; -1: EAGAIN (nothing set);
+ * -2: an error is set (OSError from errno, or a signal handler's). */
 static Py_ssize_t
-do_send(int fd, const char *buf, Py_ssize_t size)
+sock_op(int op, int fd, char *buf, Py_ssize_t size, struct sockaddr_storage *ss, socklen_t *len)
 {
     for (;;) {
-        ssize_t n = send(fd, buf, (size_t)size, 0);
+        ssize_t n;
+        switch (op) {
+        case OP_RECV:
+            n = recv(fd, buf, (size_t)size, 0);
+            break;
+        case OP_SEND:
+            n = send(fd, buf, (size_t)size, 0);
+            break;
+        case OP_RECVFROM:
+            *len = sizeof(*ss);
+            n = recvfrom(fd, buf, (size_t)size, 0, (struct sockaddr *)ss, len);
+            break;
+        default:
+            n = sendto(fd, buf, (size_t)size, 0, (const struct sockaddr *)ss, *len);
+            break;
+        }
         if (n >= 0) {
             return (Py_ssize_t)n;
         }
@@ -344,7 +316,7 @@ stream_read_buffered(PyObject *self, PyObject *sock)
             n = -2;
         }
         else {
-            n = do_recv(fd, view.buf, view.len);
+            n = sock_op(OP_RECV, fd, view.buf, view.len, NULL, NULL);
         }
         PyBuffer_Release(&view);
     }
@@ -446,7 +418,7 @@ stream_read_ready(PyObject *module, PyObject *self)
         }
     }
     int fd;
-    Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : do_recv(fd, read_buf, size);
+    Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : sock_op(OP_RECV, fd, read_buf, size, NULL, NULL);
     Py_DECREF(sock);
     if (n == -1) {
         Py_RETURN_NONE;
@@ -542,7 +514,7 @@ stream_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     Py_INCREF(data);
     int fd;
     Py_ssize_t size = view.len;
-    Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : do_send(fd, view.buf, size);
+    Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : sock_op(OP_SEND, fd, view.buf, size, NULL, NULL);
     PyBuffer_Release(&view);
     PyObject *result = NULL;
     if (n == size) {
@@ -765,54 +737,6 @@ addr_sockaddr(PyObject *addr, int family, struct sockaddr_storage *ss, socklen_t
     return 0;
 }
 
-/* recvfrom(2) with the socket module's EINTR rule; as do_recv. */
-static Py_ssize_t
-do_recvfrom(int fd, char *buf, Py_ssize_t size, struct sockaddr_storage *ss, socklen_t *len)
-{
-    for (;;) {
-        *len = sizeof(*ss);
-        ssize_t n = recvfrom(fd, buf, (size_t)size, 0, (struct sockaddr *)ss, len);
-        if (n >= 0) {
-            return (Py_ssize_t)n;
-        }
-        if (errno == EINTR) {
-            if (PyErr_CheckSignals() < 0) {
-                return -2;
-            }
-            continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            return -1;
-        }
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -2;
-    }
-}
-
-/* sendto(2) (to NULL: send(2)) likewise. */
-static Py_ssize_t
-do_sendto(int fd, const char *buf, Py_ssize_t size, const struct sockaddr_storage *ss, socklen_t len)
-{
-    for (;;) {
-        ssize_t n = ss ? sendto(fd, buf, (size_t)size, 0, (const struct sockaddr *)ss, len)
-                       : send(fd, buf, (size_t)size, 0);
-        if (n >= 0) {
-            return (Py_ssize_t)n;
-        }
-        if (errno == EINTR) {
-            if (PyErr_CheckSignals() < 0) {
-                return -2;
-            }
-            continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            PyErr_SetFromErrno(PyExc_OSError); /* BlockingIOError: the pure path's except */
-            return -2;
-        }
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -2;
-    }
-}
 
 /* ------------------------------------------------------------------ */
 /* DatagramTransport._read_ready and sendto                            */
@@ -851,7 +775,7 @@ dgram_read_ready(PyObject *module, PyObject *self)
         struct sockaddr_storage ss;
         socklen_t len = 0;
         int fd;
-        Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : do_recvfrom(fd, read_buf, udp_read_len, &ss, &len);
+        Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2 : sock_op(OP_RECVFROM, fd, read_buf, udp_read_len, &ss, &len);
         if (n == -1) {
             result = Py_NewRef(Py_None);
             goto done;
@@ -1012,10 +936,16 @@ dgram_sendto(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     }
     if (direct) {
         int fd;
-        Py_ssize_t n = sock_fd(sock, &fd) < 0
-                           ? -2
-                           : do_sendto(fd, view.buf, view.len, connected == Py_True ? NULL : &ss, sslen);
+        Py_ssize_t n = sock_fd(sock, &fd) < 0 ? -2
+                       : connected == Py_True
+                           ? sock_op(OP_SEND, fd, view.buf, view.len, NULL, NULL)
+                           : sock_op(OP_SENDTO, fd, view.buf, view.len, &ss, &sslen);
         PyBuffer_Release(&view);
+        if (n == -1) {
+            /* The socket is full: BlockingIOError, as the socket's method raises. */
+            errno = EAGAIN;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
         r = n >= 0 ? Py_NewRef(Py_None) : NULL;
     }
     else if (connected == Py_True) {
@@ -1067,7 +997,6 @@ static PyMethodDef dgram_sendto_def = {
     "Send data to addr (tideloop's native fast path; the pure method,\n"
     "DatagramTransport._sendto_pure, does everything but the common case)."};
 
-static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out);
 
 /* ------------------------------------------------------------------ */
 /* FdTransport.is_closing and WriteFlowControl.get_write_buffer_size    */
@@ -1139,28 +1068,6 @@ configure_base(PyObject *module, PyObject *args)
 /* ------------------------------------------------------------------ */
 /* configure                                                           */
 
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) {
-        return -1;
-    }
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a __slots__ member", type->tp_name, name);
-        Py_DECREF(descr);
-        return -1;
-    }
-    PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
-    if (def->type != TL_T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not an object slot", type->tp_name, name);
-        Py_DECREF(descr);
-        return -1;
-    }
-    *out = def->offset;
-    Py_DECREF(descr);
-    return 0;
-}
 
 /* configure_stream(cls, socket_type, read_ready, write, large_read_size):
  * returns the native write method of cls (a method descriptor). */
