@@ -526,10 +526,8 @@ class LoopRecorder:
 
     def deferred(self, deferred: dict[int, int]) -> None:
         """The fds the schedule defers this iteration (fd -> polls still to skip)."""
-        from ._schedule import fd_words
-
         for fd, left in deferred.items():
-            words = fd_words(self._view, fd)
+            words = _where.fd_words(self._view, fd)
             self.note(
                 "deferred",
                 f"fd {fd} ready but deferred ({left + 1} more poll(s))",
@@ -740,10 +738,8 @@ class LoopRecorder:
         timers[event.seq] = (seq, words, lane, event.cause)
 
     def _io(self, event: Event) -> None:
-        from ._schedule import fd_words
-
         fd = event.args["fd"]
-        words = fd_words(self._view, fd)
+        words = _where.fd_words(self._view, fd)
         self._add(
             event,
             "io",

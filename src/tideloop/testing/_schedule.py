@@ -104,7 +104,6 @@ import asyncio
 import collections
 import functools
 import os
-import socket
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -149,29 +148,6 @@ def _geometric(p: float, n: int) -> list[float]:
     return out
 
 
-def _describe_fd(fd: int) -> str:
-    """Words for an fd: its socket's addresses, else its number."""
-    # PyPy's socket() on an fd makes the fd blocking: put its mode back.
-    try:
-        blocking = os.get_blocking(fd)
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        return f"fd {fd}"
-    try:
-        try:
-            local = sock.getsockname()
-        except OSError:
-            local = "?"
-        try:
-            peer = sock.getpeername()
-        except OSError:
-            return f"fd {fd} ({_address(local)})"
-        return f"fd {fd} ({_address(local)} <- {_address(peer)})"
-    finally:
-        sock.detach()
-        os.set_blocking(fd, blocking)
-
-
 def _file_of(fd: int) -> tuple[int, int]:
     """What *fd* is open on (device, inode): a reused number shows as a new file."""
     try:
@@ -179,12 +155,6 @@ def _file_of(fd: int) -> tuple[int, int]:
     except OSError:
         return (-1, -1)
     return (st.st_dev, st.st_ino)
-
-
-def _address(addr: object) -> str:
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        return f"{addr[0]}:{addr[1]}"
-    return repr(addr) if addr else "unnamed"
 
 
 def _callback_name(handle: asyncio.Handle) -> str:
@@ -786,7 +756,7 @@ class Perturber:
                 self._fd_count += 1
                 self._fd_files[fd] = file
                 self._fd_nth[fd] = 0
-                self._fd_words[fd] = _describe_fd(fd)
+                self._fd_words[fd] = _where.describe_fd(fd)
             k = self._fd_nth.get(fd, 0)
             self._fd_nth[fd] = k + 1
             if fd == self._waker:
@@ -825,7 +795,7 @@ class Perturber:
             out["deferred"] = v
         else:
             out["priority"] = v - self._max_defer
-        out.update(fd_words(self._view, fd))
+        out.update(_where.fd_words(self._view, fd))
         view = self._view
         if view is not None and any(view.fd_handles(fd)) and fd not in view.watched_fds():
             # The loop's own waker or signal pipe: its readiness is a
@@ -847,45 +817,3 @@ class Perturber:
             return f"{what}: dispatched ahead of the others ready (priority {v - max_defer})"
 
         return words
-
-
-def fd_words(view: LoopView | None, fd: int) -> dict[str, Any]:
-    """An fd by what reads it: ``{"conn": its ends, "readers": the tasks reading
-    it}``, ``{"listening": address}`` for a server's socket, else its callback."""
-    loop = asyncio.events._get_running_loop()
-    reader, writer = view.fd_handles(fd) if view is not None else (None, None)
-    handle = reader or writer
-    if handle is None or loop is None:
-        return {"conn": {"local": _describe_fd(fd)}}
-    callback = handle._callback  # type: ignore[attr-defined]
-    owner = getattr(callback, "__self__", None)
-    if isinstance(owner, asyncio.BaseTransport):
-        readers = _where.readers_of(owner, _where.tasks_of(loop))
-        return {
-            "conn": _where.transport_words(loop, owner),
-            "readers": [_where.task_words(t) for t in readers],
-        }
-    name = _where.function_name(callback)
-    args = handle._args
-    sock = next((a for a in args if isinstance(a, socket.socket)), None)
-    if name.endswith("_accept_connection") and sock is not None:
-        local = sock.getsockname()
-        out: dict[str, Any] = {"listening": _where.address_words(local)}
-        host = _where.host_name(loop, local)
-        if host is not None:
-            out["listening_host"] = host
-        return out
-    # The loop's own method (a connect's callback) says nothing of whose it
-    # is: its arguments (the future) do.
-    mine = [a for a in (owner, *args) if not isinstance(a, asyncio.AbstractEventLoop)]
-    waiting = _where.tasks_waiting_on(mine, _where.tasks_of(loop))
-    conn: dict[str, Any] = {"local": _describe_fd(fd)}
-    if sock is not None:
-        conn = {"local": _where.address_words(sock.getsockname())}
-        host = _where.host_name(loop, sock.getsockname())
-        if host is not None:
-            conn["local_host"] = host
-    out = {"conn": conn, "callback": name, "readers": [_where.task_words(t) for t in waiting]}
-    if reader is None:
-        out["writing"] = True  # ready to write: a connect completing, a send
-    return out

@@ -33,13 +33,40 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from ._report import deviation_words, seconds
+from ._report import Verdict, deviation_words, seconds
+from ._strategy import Decision
 
-if TYPE_CHECKING:
-    from ._explore import Tape
+
+class Tape(Protocol):
+    """What a timeline is drawn from: a `_explore.Tape` (this module does not
+    import it: the tape draws itself with this module)."""
+
+    @property
+    def decision_count(self) -> int: ...
+    @property
+    def deviations(self) -> Sequence[Decision]: ...
+    @property
+    def failure(self) -> str: ...
+    @property
+    def failure_site(self) -> dict[str, Any] | None: ...
+    @property
+    def found_by(self) -> str: ...
+    @property
+    def implementation(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def scenario(self) -> str: ...
+    @property
+    def timeline(self) -> dict[str, Any] | None: ...
+    @property
+    def virtual_time(self) -> bool: ...
+    def verdict(self) -> Verdict: ...
+
 
 #: Lane kinds in the order a host's lanes are drawn.
 _LANE_ORDER: Final = {"host": 0, "loop": 1, "task": 2}

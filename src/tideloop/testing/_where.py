@@ -34,12 +34,14 @@ import functools
 import inspect
 import linecache
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any, Final
 
 import tideloop
+from tideloop._core.interfaces import LoopView
 
 #: What a file of a frame is: the program's own, an installed library's,
 #: the standard library's, tideloop's, or a test runner's.
@@ -420,3 +422,78 @@ def readers_of(
 def _reader_transport(reader: asyncio.StreamReader) -> object:
     # A StreamReader has no public accessor for its transport.
     return reader._transport  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------
+# fds, in the program's terms (the schedule's words and the recording's)
+
+
+def address_text(addr: object) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return repr(addr) if addr else "unnamed"
+
+
+def describe_fd(fd: int) -> str:
+    """Words for an fd: its socket's addresses, else its number."""
+    # PyPy's socket() on an fd makes the fd blocking: put its mode back.
+    try:
+        blocking = os.get_blocking(fd)
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return f"fd {fd}"
+    try:
+        try:
+            local = sock.getsockname()
+        except OSError:
+            local = "?"
+        try:
+            peer = sock.getpeername()
+        except OSError:
+            return f"fd {fd} ({address_text(local)})"
+        return f"fd {fd} ({address_text(local)} <- {address_text(peer)})"
+    finally:
+        sock.detach()
+        os.set_blocking(fd, blocking)
+
+
+def fd_words(view: LoopView | None, fd: int) -> dict[str, Any]:
+    """An fd by what reads it: ``{"conn": its ends, "readers": the tasks reading
+    it}``, ``{"listening": address}`` for a server's socket, else its callback."""
+    loop = asyncio.events._get_running_loop()
+    reader, writer = view.fd_handles(fd) if view is not None else (None, None)
+    handle = reader or writer
+    if handle is None or loop is None:
+        return {"conn": {"local": describe_fd(fd)}}
+    callback = handle._callback  # type: ignore[attr-defined]
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.BaseTransport):
+        readers = readers_of(owner, tasks_of(loop))
+        return {
+            "conn": transport_words(loop, owner),
+            "readers": [task_words(t) for t in readers],
+        }
+    name = function_name(callback)
+    args = handle._args
+    sock = next((a for a in args if isinstance(a, socket.socket)), None)
+    if name.endswith("_accept_connection") and sock is not None:
+        local = sock.getsockname()
+        out: dict[str, Any] = {"listening": address_words(local)}
+        host = host_name(loop, local)
+        if host is not None:
+            out["listening_host"] = host
+        return out
+    # The loop's own method (a connect's callback) says nothing of whose it
+    # is: its arguments (the future) do.
+    mine = [a for a in (owner, *args) if not isinstance(a, asyncio.AbstractEventLoop)]
+    waiting = tasks_waiting_on(mine, tasks_of(loop))
+    conn: dict[str, Any] = {"local": describe_fd(fd)}
+    if sock is not None:
+        conn = {"local": address_words(sock.getsockname())}
+        host = host_name(loop, sock.getsockname())
+        if host is not None:
+            conn["local_host"] = host
+    out = {"conn": conn, "callback": name, "readers": [task_words(t) for t in waiting]}
+    if reader is None:
+        out["writing"] = True  # ready to write: a connect completing, a send
+    return out
