@@ -86,7 +86,7 @@ static PyObject *s_context, *s_call_exception_handler, *s_call_soon_debug, *s_ru
     *s_cancelled, *s_next_deadline, *s_buckets, *s_marker, *s_pass_markers, *s_pop_due,
     *s_timed, *s_run, *s_run_once, *s_callback, *s_args, *s_timers_cancelled, *s_callback_kw, *s_delay_kw, *s_when_kw, *s_call_at_py,
     *s_push, *s_push_far, *s_readers, *s_writers, *s_ready_attr, *s_remove_reader,
-    *s_remove_writer;
+    *s_remove_writer, *s_fileno, *s_context_attr;
 
 
 /* ------------------------------------------------------------------ */
@@ -1185,7 +1185,7 @@ run_one(Core *self, PyObject *handle)
             Py_DECREF(handle);
             return 1;
         }
-        PyObject *context = PyObject_GetAttrString(handle, "_context");
+        PyObject *context = PyObject_GetAttr(handle, s_context_attr);
         PyObject *callback = context ? PyObject_GetAttr(handle, s_callback) : NULL;
         PyObject *args = callback ? PyObject_GetAttr(handle, s_args) : NULL;
         rc = args ? run_handle(handle, context, callback, args) : -1;
@@ -1434,7 +1434,7 @@ raw_poll(Core *self, PyObject *ep, int block_forever, double timeout)
             return -1;
         }
     }
-    PyObject *fdobj = PyObject_CallMethod(ep, "fileno", NULL);
+    PyObject *fdobj = PyObject_CallMethodNoArgs(ep, s_fileno);
     if (fdobj == NULL) {
         return -1; /* a closed epoll object: its ValueError */
     }
@@ -2183,6 +2183,8 @@ native_exec(PyObject *module)
     INTERN(s_ready_attr, "_ready");
     INTERN(s_remove_reader, "remove_reader");
     INTERN(s_remove_writer, "remove_writer");
+    INTERN(s_fileno, "fileno");
+    INTERN(s_context_attr, "_context");
     NO_EVENTS = PyList_New(0);
     if (NO_EVENTS == NULL) {
         return -1;
