@@ -68,6 +68,9 @@ def test_the_pypy_loops_follow_the_host_loops() -> None:
         "tideloop-pure",
         "pypy/asyncio",
         "pypy/tideloop",
+        # tideloop with an observability feature on (on request only).
+        "tideloop+trace",
+        "tideloop+console",
     )
     assert loops.LOOPS[: len(loops.HOST_LOOPS)] == loops.HOST_LOOPS
 

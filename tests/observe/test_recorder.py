@@ -382,7 +382,14 @@ def test_a_threads_call_soon_threadsafe_is_always_the_threads() -> None:
 
 
 def test_executor_jobs_record_submission_run_and_result() -> None:
+    # The job waits until the loop has taken its future (run_in_executor
+    # returned): its result then reaches the loop from the job's thread,
+    # however slow the machine (a job done before that would hand its
+    # result over from the loop's own thread).
+    taken = threading.Event()
+
     def work(x: int) -> int:
+        taken.wait(10)
         time.sleep(0.005)
         return x * 2
 
@@ -391,7 +398,9 @@ def test_executor_jobs_record_submission_run_and_result() -> None:
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
-        value = await loop.run_in_executor(None, work, 21)  # marker: submit
+        future = loop.run_in_executor(None, work, 21)  # marker: submit
+        taken.set()
+        value = await future
         with pytest.raises(KeyError):
             await loop.run_in_executor(None, fails)
         return value
