@@ -26,26 +26,14 @@ from typing import Any
 
 import pytest
 
-from blocks import ROOT
+from needs import chromium, missing
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from blocks import ROOT
 
 
 def need(what: str, present: bool) -> None:
-    if present:
-        return
-    message = f"the docs site tests need {what}"
-    if os.environ.get("TIDELOOP_REQUIRE_DOCS") == "1":
-        pytest.fail(message + " (TIDELOOP_REQUIRE_DOCS=1: required here)")
-    pytest.skip(message)
+    if not present:
+        missing(f"the docs site tests need {what}", "TIDELOOP_REQUIRE_DOCS")
 
 
 @pytest.fixture(scope="module")
@@ -83,16 +71,8 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    need("playwright (the docs extra)", importlib.util.find_spec("playwright") is not None)
-    need(f"chromium at {CHROMIUM} (apt-get install chromium)", Path(CHROMIUM).exists())
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium("TIDELOOP_REQUIRE_DOCS", "the docs site tests") as browser:
+        yield browser
 
 
 def pages(root: Path = ROOT / "docs") -> list[str]:

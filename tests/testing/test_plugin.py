@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-import tideloop
-
-#: The tideloop under test: a child process imports it, not an installed copy.
-TIDELOOP_SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
+import children
 
 HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 needs_pytest_asyncio = pytest.mark.skipif(
@@ -209,21 +204,8 @@ def run_pytest(
     (tmp_path / "loopkind.py").write_text(LOOPKIND)
     for name, text in files.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
-    env = dict(
-        os.environ,
-        EXPECT_TIDELOOP="1" if expect_tideloop else "0",
-        PYTHONPATH=os.pathsep.join([".", TIDELOOP_SRC]),
-    )
-    env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args],
-        cwd=tmp_path,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    expect = "1" if expect_tideloop else "0"
+    return children.run_pytest(tmp_path, *args, path=["."], EXPECT_TIDELOOP=expect)
 
 
 def outcome(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
