@@ -139,13 +139,17 @@ def test_unmarked_is_real():
     assert not asyncio.run(main()).startswith("tideloop")
 """
 
-SEEDS_SUITE = """\
+#: A project's test module with a race: two timers due at one instant, and a
+#: test that assumes they run in the order they were armed (`RUNS` counts its
+#: runs). The unperturbed schedule passes; seeds find the other order. The
+#: plugin's reports name lines 10 and 11 (the two ``call_at``).
+TIMER_RACE = """\
 import asyncio
 import pytest
 
 RUNS = []
 
-async def _two_timers_same_instant():
+async def two_timers():
     order = []
     loop = asyncio.get_running_loop()
     when = loop.time() + 0.001
@@ -157,12 +161,18 @@ async def _two_timers_same_instant():
 @pytest.mark.tideloop  # asyncio.run() inside: the marker makes it an async test
 def test_assumes_timer_order():
     RUNS.append(1)
-    assert asyncio.run(_two_timers_same_instant()) == ["first", "second"]
+    assert asyncio.run(two_timers()) == ["first", "second"]
+"""
 
+#: The race and a sync test beside it, which seeds must run once only.
+SEEDS_SUITE = (
+    TIMER_RACE
+    + """
 def test_sync_runs_once():
     RUNS.append(2)
     assert RUNS.count(2) == 1
 """
+)
 
 MARKED_SUITE = """\
 import asyncio, unittest
