@@ -17,23 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import quick_config
 
 from bench import _worker, api, harness, report, run
 from bench.api import Primitive, Sample, Server
 from bench.workloads import all_workloads, get
-
-
-def config(**clients: Path) -> harness.Config:
-    return harness.Config(
-        quick=True,
-        repeats=1,
-        warmup=0.0,
-        duration=0.0,
-        server_cpu=None,
-        client_cpu=None,
-        **clients,  # type: ignore[arg-type]
-    )
-
 
 # -- what a workload needs --
 
@@ -126,7 +114,7 @@ def test_rloop_cannot_run_unix_sockets_or_tls(
         pytest.skip("the TLS server's certificate is made with the openssl command")
     # No load generator is started for a server that cannot start: none is needed.
     absent = tmp_path / "no-client"
-    cfg = config(_echo_client=absent, _tls_echo_client=absent)
+    cfg = quick_config(_echo_client=absent, _tls_echo_client=absent)
     result = harness.run_case(get(workload), params, "rloop", cfg)
     assert result == {"status": "cannot_run", "reason": reason}
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
+from bench_support import quick_config
 
 from bench import harness, interpreters, loops, run
 
@@ -33,9 +34,7 @@ def no_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cfg(python: str = sys.executable) -> harness.Config:
-    return harness.Config(
-        quick=True, repeats=1, warmup=0.5, duration=1.5, server_cpu=0, client_cpu=1, python=python
-    )
+    return quick_config(warmup=0.5, duration=1.5, server_cpu=0, client_cpu=1, python=python)
 
 
 # -- names --
@@ -275,16 +274,7 @@ def test_a_primitive_worker_is_told_its_warm_up_and_it_is_recorded(
         return subprocess.CompletedProcess(cmd, 0, json.dumps(out) + "\n", "")
 
     monkeypatch.setattr(harness.subprocess, "run", fake_run)
-    config = harness.Config(
-        quick=True,
-        repeats=1,
-        warmup=0.5,
-        duration=1.5,
-        server_cpu=None,
-        client_cpu=None,
-        min_seconds=0.2,
-        jit_warmup=3.0,
-    )
+    config = quick_config(warmup=0.5, duration=1.5, min_seconds=0.2, jit_warmup=3.0)
     result = harness.run_case(get("call_soon"), {"n": 1000}, loop, config)
     assert result["status"] == "ok", result
     assert result["warmup_s"] == warmup

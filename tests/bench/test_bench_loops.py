@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from bench_support import quick_config
 
 from bench import harness, interpreters, loops, run
 from bench.workloads import get
@@ -138,12 +139,6 @@ def tideloop_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     monkeypatch.setattr(interpreters, "worker_env", env)
     return tmp_path
-
-
-def quick_config() -> harness.Config:
-    return harness.Config(
-        quick=True, repeats=1, warmup=0.0, duration=0.0, server_cpu=None, client_cpu=None
-    )
 
 
 @pytest.mark.parametrize(("loop", "build"), [("tideloop", "native"), ("tideloop-pure", "pure")])

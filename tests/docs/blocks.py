@@ -34,13 +34,19 @@ when a block breaks one):
     ``TIDELOOP_DOCS_SLOW=1`` (``.ci/run``'s docs step).
   - ``<!-- run: from the repository root -->``: runs in the repository
     itself (commands that read its files; they must write nothing there).
+
+Beside the blocks, `load_hooks` gives the site's MkDocs hooks
+(``docs/hooks.py``, not a package) as a module: the link tests and
+``check_dist.py`` check links by its rules.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,6 +60,16 @@ NOT_CODE = ("text", "txt")
 CONFIG_FILES = (".toml", ".ini", ".cfg")
 
 RULES = __doc__ or ""
+
+
+def load_hooks() -> ModuleType:
+    """``docs/hooks.py``, imported from its file (a fresh module each call)."""
+    spec = importlib.util.spec_from_file_location("doc_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 _FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*(.*)$")
 _COMMENT = re.compile(r"^\s*<!--\s*(.*?)\s*-->\s*$")

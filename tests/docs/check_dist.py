@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import email.parser
-import importlib.util
 import subprocess
 import sys
 import tarfile
@@ -32,7 +31,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from blocks import ROOT, load_hooks
+
 SDIST_MUST_HOLD = (
     "docs/index.md",
     "docs/hooks.py",
@@ -45,14 +45,6 @@ SDIST_MUST_HOLD = (
     "CHANGELOG.md",
     "LICENSE",
 )
-
-
-def links_module() -> object:
-    spec = importlib.util.spec_from_file_location("doc_links", ROOT / "docs" / "hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(*cmd: str, env: dict[str, str] | None = None) -> str:
@@ -94,14 +86,10 @@ def main() -> None:
         assert isinstance(description, str)
         check("tideloop" in description, "the long description is the README")
         relative: list[str] = []
-        links = links_module()
-        links.rewrite_links(  # type: ignore[attr-defined]
+        links = load_hooks()
+        links.rewrite_links(
             description,
-            lambda target, image: (
-                relative.append(target)
-                if links.is_relative(target)  # type: ignore[attr-defined]
-                else target
-            ),
+            lambda target, image: relative.append(target) if links.is_relative(target) else target,
         )
         check(relative == [], f"every link of the long description is absolute {relative}")
 

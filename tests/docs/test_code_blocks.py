@@ -30,6 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from children import run, run_python
+from needs import missing
+
 from blocks import (
     DATA,
     DOCTEST,
@@ -133,9 +136,7 @@ def check_requirements(block: Block) -> None:
 
     if importlib.util.find_spec(needed) is None:
         message = f"{block.id} needs {needed} (the docs extra: pip install -e '.[docs]')"
-        if os.environ.get("TIDELOOP_REQUIRE_DOCS") == "1":
-            pytest.fail(message + " (TIDELOOP_REQUIRE_DOCS=1: required here)")
-        pytest.skip(message)
+        missing(message, "TIDELOOP_REQUIRE_DOCS")
 
 
 def free_port() -> int:
@@ -155,15 +156,7 @@ def explain(block: Block, out: subprocess.CompletedProcess[str] | None, why: str
 def run_python_block(block: Block, cwd: Path, env: dict[str, str]) -> None:
     script = cwd / "block.py"
     script.write_text(block.code, encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, script.name],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    out = run_python(script.name, cwd=cwd, env=env, timeout=TIMEOUT)
     expected = block.directive("run: fails with")
     if expected:
         last = out.stderr.strip().splitlines()[-1:] or [""]
@@ -186,15 +179,7 @@ def run_doctest_block(block: Block, cwd: Path, env: dict[str, str]) -> None:
     )
     (cwd / "block.txt").write_text(block.code, encoding="utf-8")
     (cwd / "run_doctest.py").write_text(runner, encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, "run_doctest.py", "block.txt", block.id],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    out = run_python("run_doctest.py", "block.txt", block.id, cwd=cwd, env=env, timeout=TIMEOUT)
     assert out.returncode == 0, explain(block, out, "the doctest failed")
 
 
@@ -211,16 +196,9 @@ def run_shell_block(block: Block, cwd: Path, env: dict[str, str], timeout: float
     os.close(fd)
     record = Path(name)
     script = "".join(f'{c}\necho $? >> "$BLOCK_STATUSES"\n' for c in commands)
+    env = {**env, "BLOCK_STATUSES": str(record)}
     try:
-        proc = subprocess.run(
-            ["bash", "-c", script],
-            cwd=cwd,
-            env={**env, "BLOCK_STATUSES": str(record)},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        proc = run(["bash", "-c", script], cwd=cwd, env=env, timeout=timeout)
         got = [int(line) for line in record.read_text().split()]
     except subprocess.TimeoutExpired as exc:
         out = subprocess.CompletedProcess([], -9, str(exc.stdout or ""), str(exc.stderr or ""))

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
-from blocks import ROOT
+from blocks import ROOT, load_hooks
 
 REPO = "https://github.com/tideloop/tideloop"
-
-
-def load_hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("doc_hooks", ROOT / "docs" / "hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 hooks = load_hooks()

@@ -26,26 +26,14 @@ from typing import Any
 
 import pytest
 
-from blocks import ROOT
+from needs import chromium, missing
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from blocks import ROOT
 
 
 def need(what: str, present: bool) -> None:
-    if present:
-        return
-    message = f"the docs site tests need {what}"
-    if os.environ.get("TIDELOOP_REQUIRE_DOCS") == "1":
-        pytest.fail(message + " (TIDELOOP_REQUIRE_DOCS=1: required here)")
-    pytest.skip(message)
+    if not present:
+        missing(f"the docs site tests need {what}", "TIDELOOP_REQUIRE_DOCS")
 
 
 @pytest.fixture(scope="module")
@@ -83,16 +71,8 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    need("playwright (the docs extra)", importlib.util.find_spec("playwright") is not None)
-    need(f"chromium at {CHROMIUM} (apt-get install chromium)", Path(CHROMIUM).exists())
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium("TIDELOOP_REQUIRE_DOCS", "the docs site tests") as browser:
+        yield browser
 
 
 def pages(root: Path = ROOT / "docs") -> list[str]:
@@ -105,7 +85,8 @@ def pages(root: Path = ROOT / "docs") -> list[str]:
 
 
 class Visit:
-    """A page loaded in the browser, with what went wrong while it loaded."""
+    """A page loaded in the browser, with what went wrong while it loaded; closed at the
+    end of its ``with`` block."""
 
     def __init__(self, browser: Any, base: str, path: str) -> None:
         self.page = browser.new_page()
@@ -123,14 +104,16 @@ class Visit:
         assert response is not None and response.status == 200, path
         self.page.wait_for_load_state("networkidle")
 
-    def close(self) -> None:
+    def __enter__(self) -> Visit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.page.close()
 
 
 @pytest.mark.parametrize("path", pages())
 def test_every_page_loads_cleanly(site: str, browser: Any, path: str) -> None:
-    visit = Visit(browser, site, path)
-    try:
+    with Visit(browser, site, path) as visit:
         assert visit.errors == [], visit.errors
         assert visit.outside == [], f"{path} fetched from outside the site: {visit.outside}"
         title = visit.page.locator("article h1").first.inner_text()
@@ -141,31 +124,22 @@ def test_every_page_loads_cleanly(site: str, browser: Any, path: str) -> None:
         )
         reached = {h.removeprefix(site).split("#")[0] for h in hrefs if h.startswith(site)}
         assert set(pages()) <= reached, set(pages()) - reached
-    finally:
-        visit.close()
 
 
 def test_the_reference_shows_the_api_from_the_docstrings(site: str, browser: Any) -> None:
-    visit = Visit(browser, site, "reference/tideloop/")
-    try:
+    with Visit(browser, site, "reference/tideloop/") as visit:
         text = visit.page.locator("article").inner_text()
         for name in ("tideloop.run", "tideloop.new_event_loop", "tideloop.Loop", "metrics"):
             assert name in text, name
         assert "A consistent snapshot of the loop's metrics" in text  # Loop.metrics' docstring
-    finally:
-        visit.close()
-    visit = Visit(browser, site, "reference/testing/")
-    try:
+    with Visit(browser, site, "reference/testing/") as visit:
         text = visit.page.locator("article").inner_text()
         for name in ("SimNetwork", "explore", "VirtualClock", "Deadlock", "replay"):
             assert name in text, name
-    finally:
-        visit.close()
 
 
 def test_the_search_finds_what_the_pages_say(site: str, browser: Any) -> None:
-    visit = Visit(browser, site, "")
-    try:
+    with Visit(browser, site, "") as visit:
         page = visit.page
         page.keyboard.press("s")  # Material's shortcut: open the search
         page.keyboard.type("loop_factory")
@@ -175,17 +149,12 @@ def test_the_search_finds_what_the_pages_say(site: str, browser: Any) -> None:
         )
         assert any(re.search(r"/(quickstart|how-to/uvloop)/", h) for h in hrefs), hrefs
         assert visit.errors == []
-    finally:
-        visit.close()
 
 
 def test_code_blocks_have_a_copy_button_and_file_titles(site: str, browser: Any) -> None:
-    visit = Visit(browser, site, "quickstart/")
-    try:
+    with Visit(browser, site, "quickstart/") as visit:
         page = visit.page
         assert page.locator("button.md-code__button").count() >= 5
         titles = page.locator(".highlight .filename").all_inner_texts()
         assert visit.errors == []
         assert {"hello.py", "pyproject.toml", "test_app.py"} <= set(titles), titles
-    finally:
-        visit.close()

@@ -15,7 +15,7 @@ import importlib.util
 import os
 import socket
 import struct
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from loopwatch import FACTORIES, LoopFactory
@@ -45,6 +45,24 @@ MiB = 1024 * 1024
 def run(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout: float = WAIT) -> T:
     """Run *coro* on *loop*, failing (TimeoutError) after *timeout* seconds."""
     return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+def run_measured(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, None],
+    figures: Mapping[str, float],
+    *socks: socket.socket,
+    timeout: float = WAIT,
+) -> None:
+    """`run` a test that measures: close *socks* (raw sockets of the test's own)
+    whatever happens, then print the *figures* it measured with the loop's module
+    (the numbers docs/reliability.md quotes; ``pytest -s`` shows them)."""
+    try:
+        run(loop, coro, timeout)
+    finally:
+        for sock in socks:
+            sock.close()
+    print(f"\n{loop.__class__.__module__}: {figures}")
 
 
 class Pattern:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fault_support import Digest, DigestProtocol, MiB, Pattern, rss_bytes, run
+from fault_support import Digest, DigestProtocol, MiB, Pattern, rss_bytes, run, run_measured
 
 
 def test_half_close_both_directions_under_load(fault_loop: asyncio.AbstractEventLoop) -> None:
@@ -147,5 +147,4 @@ def test_peer_stops_reading(fault_loop: asyncio.AbstractEventLoop) -> None:
         assert figures["rss_growth_mib"] < 64, figures
         assert peer.received.hexdigest() == expected
 
-    run(loop, main(), timeout=60)
-    print(f"\n{loop.__class__.__module__}: {figures}")
+    run_measured(loop, main(), figures, timeout=60)

@@ -61,7 +61,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import pytest
-from fault_support import run
+from fault_support import run, run_measured
 
 from loopwatch import LoopWatch, finish
 
@@ -245,12 +245,7 @@ def test_eagain_storm_queues_and_drains(
                 sending.cancel()
             await abort_all(proto)
 
-    try:
-        run(loop, main())
-    finally:
-        sender.close()
-        receiver.close()
-    print(f"\n{loop.__class__.__module__}: {figures}")
+    run_measured(loop, main(), figures, sender, receiver)
 
 
 def test_udp_burst_into_lagging_receiver(fault_loop: asyncio.AbstractEventLoop) -> None:
@@ -316,11 +311,7 @@ def test_udp_burst_into_lagging_receiver(fault_loop: asyncio.AbstractEventLoop) 
         finally:
             await abort_all(*protos)
 
-    try:
-        run(loop, main())
-    finally:
-        rsock.close()
-    print(f"\n{loop.__class__.__module__}: {figures}")
+    run_measured(loop, main(), figures, rsock)
 
 
 async def refused_storm(loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
@@ -547,9 +538,4 @@ def test_enobufs_and_eagain_storm_on_udp(
             ssock.calm()
             await abort_all(*protos)
 
-    try:
-        run(loop, main())
-    finally:
-        ssock.close()
-        rsock.close()
-    print(f"\n{loop.__class__.__module__}: {figures}")
+    run_measured(loop, main(), figures, ssock, rsock)

@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+from needs import missing
+
 import certs
 
 
@@ -114,13 +116,11 @@ def _wait_for_log(proc: subprocess.Popen[bytes], logfile: Path, marker: str, tim
 def postgres_server(tls_ca: certs.CA) -> Iterator[PostgresServer]:
     bindir = _postgres_bindir()
     if bindir is None or not (bindir / "initdb").exists():
-        message = (
+        missing(
             "PostgreSQL not found (/usr/lib/postgresql/*/bin): install it (Debian/Ubuntu: "
-            "apt-get install -y postgresql) to run the asyncpg integration tests"
+            "apt-get install -y postgresql) to run the asyncpg integration tests",
+            "TIDELOOP_REQUIRE_POSTGRES",
         )
-        if os.environ.get("TIDELOOP_REQUIRE_POSTGRES") == "1":
-            pytest.fail(message + " (TIDELOOP_REQUIRE_POSTGRES=1: required here)")
-        pytest.skip(message)
 
     # postgres will not run as root: drop to the package's user (or fail clearly).
     run_as: dict[str, Any] = {}

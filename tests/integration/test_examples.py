@@ -9,22 +9,21 @@ requirements): then it fails.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from needs import missing
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def require(module: str) -> None:
     if importlib.util.find_spec(module) is None:
-        message = f"{module} is not installed (pip install -r examples/requirements.txt)"
-        if os.environ.get("TIDELOOP_REQUIRE_EXAMPLES") == "1":
-            pytest.fail(message + " (TIDELOOP_REQUIRE_EXAMPLES=1: required here)")
-        pytest.skip(message)
+        missing(
+            f"{module} is not installed (pip install -r examples/requirements.txt)",
+            "TIDELOOP_REQUIRE_EXAMPLES",
+        )
 
 
 def samples(text: str) -> dict[str, float]:

@@ -20,7 +20,6 @@ tideloop (every poller); each starts from an empty database.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import select
 import shutil
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+
+from needs import missing
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,11 @@ def _wait_ready(proc: subprocess.Popen[bytes], timeout: float) -> str:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     binary = shutil.which("redis-server")
     if binary is None:
-        message = (
+        missing(
             "redis-server binary not found on PATH: install it (Debian/Ubuntu: "
-            "apt-get install -y redis-server) to run the redis-py integration tests"
+            "apt-get install -y redis-server) to run the redis-py integration tests",
+            "TIDELOOP_REQUIRE_REDIS",
         )
-        if os.environ.get("TIDELOOP_REQUIRE_REDIS") == "1":
-            pytest.fail(message + " (TIDELOOP_REQUIRE_REDIS=1: required here)")
-        pytest.skip(message)
     workdir: Path = tmp_path_factory.mktemp("redis")
     log = ""
     for _attempt in range(5):  # the free port may be taken before redis binds it

@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 
 import tideloop
+from children import SRC, python_env, run_python
+from needs import missing
 from tideloop._console import serve
 from tideloop._console.client import Client
 from tideloop._console.server import ConsoleError, ConsoleServer
 from tideloop._versions import REMOTE_EXEC
-
-SRC = str(Path(tideloop.__file__).resolve().parent.parent)
 
 PROGRAM = textwrap.dedent(
     """
@@ -107,7 +107,7 @@ PROGRAM = textwrap.dedent(
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": SRC, "PYTHONUNBUFFERED": "1"}
+    return python_env(PYTHONUNBUFFERED="1")
 
 
 class Program:
@@ -151,14 +151,7 @@ def program(tmp_path: Path, *, via_environment: bool = False) -> Iterator[Progra
 
 
 def console(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tideloop", "console", *args],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_python("-m", "tideloop", "console", *args, env=env(), timeout=timeout)
 
 
 def line_in_program(marker: str) -> int:
@@ -241,10 +234,7 @@ def test_once_text_and_the_environment_variable_and_a_pid_target(tmp_path: Path)
 
 def test_the_live_screen_under_tmux(tmp_path: Path) -> None:
     if shutil.which("tmux") is None:
-        message = "tmux is not installed (.ci/run installs it)"
-        if os.environ.get("TIDELOOP_REQUIRE_TMUX") == "1":
-            pytest.fail(message + " (TIDELOOP_REQUIRE_TMUX=1: required here)")
-        pytest.skip(message)
+        missing("tmux is not installed (.ci/run installs it)", "TIDELOOP_REQUIRE_TMUX")
     session = f"tideloop-console-{os.getpid()}"
     with program(tmp_path) as prog:
         command = (
@@ -426,9 +416,7 @@ def test_a_client_of_another_user_is_refused() -> None:
             print(repr(s.recv(1000)))
             """
         )
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
-        )
+        done = run_python("-c", code, timeout=30)
         assert done.returncode == 0, done.stderr
         refusal, rest = done.stdout.splitlines()
         assert json.loads(refusal) == {"error": "refused: not the program's user"}

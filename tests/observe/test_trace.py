@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -24,8 +23,7 @@ import pytest
 from trace_format import check, check_file, events
 
 import tideloop
-
-SRC = str(Path(tideloop.__file__).resolve().parent.parent)
+from children import python_env, run_python
 
 
 async def workload() -> None:
@@ -179,35 +177,15 @@ def test_python_m_tideloop_trace_writes_the_file_also_when_the_program_fails(
         )
     )
     out = tmp_path / "prog.json"
-    env = {**os.environ, "PYTHONPATH": SRC}
-    done = subprocess.run(
-        [sys.executable, "-m", "tideloop", "--trace", str(out), str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = python_env()
+    done = run_python("-m", "tideloop", "--trace", out, script, env=env, timeout=60)
     assert done.returncode == 3, done.stderr
     trace_events = load(out)
     assert any(e["name"] == "Task-1 main" for e in named(trace_events, "X", "task"))
-    bad = subprocess.run(
-        [sys.executable, "-m", "tideloop", "--trace", str(tmp_path / "no" / "x.json"), str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    nowhere = tmp_path / "no" / "x.json"
+    bad = run_python("-m", "tideloop", "--trace", nowhere, script, env=env, timeout=60)
     assert bad.returncode == 2 and "--trace: cannot write" in bad.stderr
-    missing = subprocess.run(
-        [sys.executable, "-m", "tideloop", "--trace"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    missing = run_python("-m", "tideloop", "--trace", env=env, timeout=60)
     assert missing.returncode == 2 and "--trace needs a file name" in missing.stderr
 
 

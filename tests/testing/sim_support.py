@@ -2,8 +2,9 @@
 
 A test's program runs on a `SimNetwork` in virtual time (`sim_run`). A
 simulated host that serves is a task made with ``net.spawn``; its body is
-often `open_for` (open a server or an endpoint, keep it for a while, close
-it), and `cancelled` or `stop` ends it.
+often `serve` (a stream server until cancelled; `echo_lines` its default
+handler) or `open_for` (open a server or an endpoint, keep it for a while,
+close it), and `cancelled` or `stop` ends it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,24 @@ def sim_run(net: SimNetwork, main: Callable[[SimNetwork], Awaitable[Any]]) -> An
         return await main(net)
 
     return testing.run(wrapper(), network=net)
+
+
+async def echo_lines(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A stream handler that answers each line with ``echo `` and the line, until EOF."""
+    try:
+        while line := await reader.readline():
+            writer.write(b"echo " + line)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+async def serve(port: int, handler: Any = echo_lines, **kwargs: Any) -> None:
+    """A serving host's body: `asyncio.start_server` (*kwargs* passed on) on *port*
+    of the host's addresses with *handler*, serving until cancelled."""
+    server = await asyncio.start_server(handler, None, port, **kwargs)
+    async with server:
+        await server.serve_forever()
 
 
 async def open_for(opening: Awaitable[Any], seconds: float = 3600) -> None:

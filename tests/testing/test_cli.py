@@ -8,18 +8,13 @@ holding the scenario's module.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import tideloop
-
-#: The tideloop under test: a child process imports it, not an installed copy.
-SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
+from children import python_env, run_python
 
 NETRACE = '''\
 import asyncio
@@ -69,16 +64,7 @@ async def no_network():
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), SRC])}
-    return subprocess.run(
-        [sys.executable, "-m", "tideloop.testing", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python("-m", "tideloop.testing", *args, cwd=cwd, env=python_env(cwd))
 
 
 @pytest.fixture

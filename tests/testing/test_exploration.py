@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from children import python_env, run_python
 from scenarios.races import CONTROL, LATENT, RACES, Planted, two_clients_in_order
 from tideloop import testing
 from tideloop.testing import (
@@ -510,16 +510,8 @@ def test_virtual_time_does_not_wait_for_an_idle_or_endless_thread() -> None:
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     # The repository root first: the scenarios are named ``scenarios.races:...``.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    return subprocess.run(
-        [sys.executable, "-m", "tideloop.testing", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = python_env(ROOT, *sys.path)
+    return run_python("-m", "tideloop.testing", *args, cwd=cwd, env=env)
 
 
 def test_the_command_line_finds_a_latent_race_only_with_wakeups(tmp_path: Path) -> None:

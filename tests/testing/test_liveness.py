@@ -12,15 +12,12 @@ still a Deadlock.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import tideloop
+from children import run_pytest
 from scenarios import sim_retry
 from tideloop import testing
 from tideloop.testing import Deadlock, Livelock, PropertyViolation, leads_to, progress
@@ -254,19 +251,8 @@ def test_the_plugin_watches_for_livelocks(tmp_path: Path, option: bool) -> None:
         "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
     )
     (tmp_path / "test_spin.py").write_text(PLUGIN_SUITE)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(tideloop.__file__)))
-    env.pop("PYTEST_ADDOPTS", None)
     args = ["--tideloop-livelock-after=2"] if option else []
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args],
-        cwd=tmp_path,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    out = proc.stdout
+    out = run_pytest(tmp_path, *args).stdout
     assert "FAILED test_spin.py::test_marked - tideloop.testing.Livelock" in out, out
     assert ("FAILED" if option else "PASSED") + " test_spin.py::test_unmarked" in out, out
     assert "no progress point for 1" in out and (not option or "no progress point for 2" in out)

@@ -22,22 +22,7 @@ from tideloop import testing
 from tideloop.testing import SimNetwork, SimSocket
 
 from certs import CA
-from sim_support import cancelled, open_for, sim_run, stop
-
-
-async def echo_lines(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while line := await reader.readline():
-            writer.write(b"echo " + line)
-            await writer.drain()
-    finally:
-        writer.close()
-
-
-async def serve(port: int, handler: Any = echo_lines, **kwargs: Any) -> None:
-    server = await asyncio.start_server(handler, None, port, **kwargs)
-    async with server:
-        await server.serve_forever()
+from sim_support import cancelled, echo_lines, open_for, serve, sim_run, stop
 
 
 def test_hosts_names_addresses_and_an_echo() -> None:

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from tideloop import testing
 from tideloop.testing import DecisionLog, RandomStrategy, SimNetwork
 
-from sim_support import stop
+from sim_support import serve, stop
 
 PORT = 7000
 UNIX_PATH = "/run/order.sock"
@@ -61,12 +61,7 @@ async def hello_over_a_split_link(net: SimNetwork) -> bytes:
         await writer.drain()
         writer.close()
 
-    async def echo() -> None:
-        server = await asyncio.start_server(handle, None, PORT)
-        async with server:
-            await server.serve_forever()
-
-    task = net.spawn("echo", echo())
+    task = net.spawn("echo", serve(PORT, handle))
     await asyncio.sleep(0)
     net.set_link("client", "echo", latency=(0.01, 0.2), split=0.5)
     reader, writer = await asyncio.open_connection("echo", PORT)
@@ -377,11 +372,6 @@ async def two_clients_connect_at_once(net: SimNetwork) -> list[str]:
         await reader.read()
         writer.close()
 
-    async def serve() -> None:
-        server = await asyncio.start_server(handle, None, PORT)
-        async with server:
-            await server.serve_forever()
-
     async def client() -> None:
         _, writer = await asyncio.open_connection("srv", PORT)
         await both
@@ -390,7 +380,7 @@ async def two_clients_connect_at_once(net: SimNetwork) -> list[str]:
 
     for host in ("a", "b"):
         net.set_link(host, "srv", latency=0.01)
-    server = net.spawn("srv", serve())
+    server = net.spawn("srv", serve(PORT, handle))
     await asyncio.sleep(0)
     await asyncio.gather(net.spawn("a", client()), net.spawn("b", client()))
     await stop(server)

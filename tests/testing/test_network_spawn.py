@@ -19,6 +19,8 @@ import pytest
 from tideloop import testing
 from tideloop.testing import SimNetwork
 
+from sim_support import serve
+
 
 def twelve_lines() -> Any:
     """The issue's scenario: a server on ``db``, four clients on app0..app3
@@ -34,11 +36,6 @@ def twelve_lines() -> Any:
             await writer.drain()
         writer.close()
 
-    async def serve_db() -> None:
-        server = await asyncio.start_server(handle, None, 5432)
-        async with server:
-            await server.serve_forever()
-
     async def client(i: int) -> None:
         reader, writer = await asyncio.open_connection("db", 5432)
         for k in range(3):
@@ -49,7 +46,7 @@ def twelve_lines() -> Any:
         await writer.wait_closed()
 
     async def main(net: SimNetwork) -> int:
-        net.spawn("db", serve_db())
+        net.spawn("db", serve(5432, handle))
         await asyncio.sleep(0.01)
         for i in range(4):
             net.spawn(f"app{i}", client(i))

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-import tideloop
-
-#: The tideloop under test: a child process imports it, not an installed copy.
-TIDELOOP_SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
+import children
 
 HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 needs_pytest_asyncio = pytest.mark.skipif(
@@ -144,13 +139,17 @@ def test_unmarked_is_real():
     assert not asyncio.run(main()).startswith("tideloop")
 """
 
-SEEDS_SUITE = """\
+#: A project's test module with a race: two timers due at one instant, and a
+#: test that assumes they run in the order they were armed (`RUNS` counts its
+#: runs). The unperturbed schedule passes; seeds find the other order. The
+#: plugin's reports name lines 10 and 11 (the two ``call_at``).
+TIMER_RACE = """\
 import asyncio
 import pytest
 
 RUNS = []
 
-async def _two_timers_same_instant():
+async def two_timers():
     order = []
     loop = asyncio.get_running_loop()
     when = loop.time() + 0.001
@@ -162,12 +161,18 @@ async def _two_timers_same_instant():
 @pytest.mark.tideloop  # asyncio.run() inside: the marker makes it an async test
 def test_assumes_timer_order():
     RUNS.append(1)
-    assert asyncio.run(_two_timers_same_instant()) == ["first", "second"]
+    assert asyncio.run(two_timers()) == ["first", "second"]
+"""
 
+#: The race and a sync test beside it, which seeds must run once only.
+SEEDS_SUITE = (
+    TIMER_RACE
+    + """
 def test_sync_runs_once():
     RUNS.append(2)
     assert RUNS.count(2) == 1
 """
+)
 
 MARKED_SUITE = """\
 import asyncio, unittest
@@ -209,21 +214,8 @@ def run_pytest(
     (tmp_path / "loopkind.py").write_text(LOOPKIND)
     for name, text in files.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
-    env = dict(
-        os.environ,
-        EXPECT_TIDELOOP="1" if expect_tideloop else "0",
-        PYTHONPATH=os.pathsep.join([".", TIDELOOP_SRC]),
-    )
-    env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args],
-        cwd=tmp_path,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    expect = "1" if expect_tideloop else "0"
+    return children.run_pytest(tmp_path, *args, path=["."], EXPECT_TIDELOOP=expect)
 
 
 def outcome(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_plugin import TIMER_RACE
 
 from tideloop.testing.pytest_plugin import _OPTIONS
 
@@ -35,24 +36,6 @@ def count(name):
 def counted(name):
     path = os.path.join(os.environ["RUNS_DIR"], name)
     return len(open(path).read()) if os.path.exists(path) else 0
-"""
-
-RACE = """\
-import asyncio
-import pytest
-
-async def two_timers():
-    order = []
-    loop = asyncio.get_running_loop()
-    when = loop.time() + 0.001
-    loop.call_at(when, order.append, "first")
-    loop.call_at(when, order.append, "second")
-    await asyncio.sleep(0.01)
-    return order
-
-@pytest.mark.tideloop
-def test_assumes_timer_order():
-    assert asyncio.run(two_timers()) == ["first", "second"]
 """
 
 
@@ -164,7 +147,7 @@ def test_no_tideloop_leaves_a_marked_test_its_clock_fixture(project: pytest.Pyte
 
 def test_ini_settings_search_and_the_command_line_wins(project: pytest.Pytester) -> None:
     ini(project, tideloop_seeds="30", tideloop_tape_dir="tapes")
-    project.makepyfile(test_race=RACE)
+    project.makepyfile(test_race=TIMER_RACE)
     result = run(project)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*1 deviation(s) from the unperturbed schedule*"])
@@ -199,7 +182,7 @@ def test_bad_ini_values_are_usage_errors(project: pytest.Pytester) -> None:
 def test_a_strategys_option_given_to_one_that_ignores_it_is_an_error(
     project: pytest.Pytester,
 ) -> None:
-    project.makepyfile(test_race=RACE)
+    project.makepyfile(test_race=TIMER_RACE)
     result = run(project, "--tideloop-seeds=5", "--tideloop-depth=3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
@@ -276,7 +259,7 @@ def test_virtual_time_sleeps_no_real_time_and_is_not_warned_about(
 
 def test_the_summary_under_xdist_comes_from_the_workers(project: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
-    project.makepyfile(test_slow=SLOW_SUITE, test_race=RACE)
+    project.makepyfile(test_slow=SLOW_SUITE, test_race=TIMER_RACE)
     result = run(project, "-n", "1", "--tideloop-seeds=200", "--tideloop-seeds-budget=1.5")
     result.assert_outcomes(passed=2, failed=1)
     out = result.stdout.str()
@@ -387,7 +370,7 @@ def test_the_projects_loop_factories_are_honoured(project: pytest.Pytester, runs
 
 
 def test_a_second_failure_gets_a_tape_of_its_own(project: pytest.Pytester) -> None:
-    project.makepyfile(test_race=RACE)
+    project.makepyfile(test_race=TIMER_RACE)
     first = run(project, "--tideloop-seeds=30")
     first.assert_outcomes(failed=1)
     second = run(project, "--tideloop-seeds=30", "--tideloop-seed=100")

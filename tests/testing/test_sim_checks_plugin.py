@@ -10,16 +10,13 @@ mounted and crashed (the livelock watch's marker and option are tested in
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-import tideloop
+from children import SRC, run_pytest
 
-#: The tideloop under test, and the repository root (for `scenarios`).
-TIDELOOP_SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
-ROOT = os.path.dirname(TIDELOOP_SRC)
+#: The repository root (for `scenarios`).
+ROOT = os.path.dirname(SRC)
 
 SUITE = """
 import asyncio
@@ -79,18 +76,7 @@ def test_the_checks_through_the_fixture(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TIDELOOP_SRC]))
-    env.pop("PYTEST_ADDOPTS", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-W", "ignore"],
-        cwd=tmp_path,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    out = proc.stdout
+    out = run_pytest(tmp_path, "-W", "ignore", path=[ROOT], timeout=180).stdout
     for name in ("test_history", "test_clock", "test_disk"):
         assert f"PASSED test_checks.py::{name}" in out, out
     # The planted bugs fail as the docs say, each with its checker's words.

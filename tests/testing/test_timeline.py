@@ -21,9 +21,7 @@ and fast: three pages, one browser.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +32,7 @@ import pytest
 from test_reports import recorded_sim_tape
 
 import scenarios.races
+from needs import chromium
 from scenarios.races import two_clients_in_order
 from tideloop import testing
 from tideloop._loop import Loop
@@ -77,17 +76,6 @@ async def everything_the_loop_does() -> None:
     await asyncio.sleep(0.001)  # marker: sleep
     await asyncio.gather(asyncio.sleep(0.002))  # a task whose coroutine is asyncio.sleep
     assert len(errors) == 1 and total == 0, total  # marker: fails
-
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="module")
@@ -276,27 +264,8 @@ def test_the_text_trace_speaks_the_same_terms(race_tape: Tape) -> None:
 def browser(race_tape: Tape, sim_tape: Tape, loop_tape: Tape) -> Iterator[Any]:
     # The tapes are made first: playwright's sync API runs an event loop in
     # this thread while the browser is open.
-    required = os.environ.get("TIDELOOP_REQUIRE_CHROMIUM") == "1"
-    why = ""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        why = "playwright is not installed (the test extra installs it on CPython)"
-    if not why and not (os.path.exists(CHROMIUM) and shutil.which(CHROMIUM)):
-        why = (
-            f"no {CHROMIUM}: Debian's chromium is installed by .ci/run on the machine, "
-            "not in the Debian root (it runs the Pythons of its own, without a browser)"
-        )
-    if why:
-        if required:
-            pytest.fail(why + " (TIDELOOP_REQUIRE_CHROMIUM=1: required here)")
-        pytest.skip(why)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium("TIDELOOP_REQUIRE_CHROMIUM", "the timeline's browser tests") as browser:
+        yield browser
 
 
 def _open(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:

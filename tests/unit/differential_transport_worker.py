@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import socket
 import struct
-import sys
 from typing import Any
+
+from differential_support import TRACE, call, serve
 
 import tideloop
 
-TRACE: list[Any] = []
 BUFSIZE = 64 * 1024
 
 
@@ -125,14 +124,6 @@ def make_data(kind: str, data: bytes) -> Any:
     if kind == "none":
         return None
     return data
-
-
-def call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:
-        TRACE.append(["error", what, type(exc).__name__, str(exc)])
-        return None
 
 
 async def settle() -> None:
@@ -375,16 +366,7 @@ def run(request: dict[str, Any]) -> list[Any]:
     return list(TRACE)
 
 
-def serve() -> None:
+if __name__ == "__main__":
     from tideloop._transports import native
 
-    sys.stdout.write(json.dumps({"native": native.NATIVE}) + "\n")
-    sys.stdout.flush()
-    for line in sys.stdin:
-        trace = run(json.loads(line))
-        sys.stdout.write(json.dumps(trace) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    serve()
+    serve(native.NATIVE, run)

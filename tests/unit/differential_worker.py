@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import socket
-import sys
 from typing import Any
+
+from differential_support import TRACE, call, serve
 
 import tideloop
 from tideloop import testing
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="-")
-TRACE: list[Any] = []
 HANDLES: list[asyncio.Handle] = []
 SOCKETS: list[socket.socket] = []
 
@@ -92,15 +91,6 @@ async def task_body(ident: int, delays: list[float]) -> int:
         await asyncio.sleep(d)
         TRACE.append(["task", ident, asyncio.get_running_loop().time()])
     return ident
-
-
-def call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Make an API call; record a failure's type and message (the result is the handle)."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:
-        TRACE.append(["error", what, type(exc).__name__, str(exc)])
-        return None
 
 
 async def main(program: list[list[Any]]) -> None:
@@ -217,15 +207,5 @@ def run(program: list[list[Any]], debug: bool) -> list[Any]:
     return list(TRACE)
 
 
-def serve() -> None:
-    sys.stdout.write(json.dumps({"native": tideloop.NATIVE}) + "\n")
-    sys.stdout.flush()
-    for line in sys.stdin:
-        request = json.loads(line)
-        trace = run(request["program"], request["debug"])
-        sys.stdout.write(json.dumps(trace) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    serve()
+    serve(tideloop.NATIVE, lambda request: run(request["program"], request["debug"]))

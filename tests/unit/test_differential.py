@@ -40,19 +40,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tideloop
+from children import python_env
 from tideloop._core import native
 
 WORKER = Path(__file__).with_name("differential_worker.py")
 TRANSPORT_WORKER = Path(__file__).with_name("differential_transport_worker.py")
-SRC = os.path.dirname(os.path.dirname(tideloop.__file__))
 
 
 class Oracle:
     """One worker process: a program in, its trace out."""
 
     def __init__(self, pure: bool, worker: Path = WORKER) -> None:
-        env = {**os.environ, "PYTHONPATH": SRC}
+        env = python_env()
         env.pop("TIDELOOP_PURE", None)
         if pure:
             env["TIDELOOP_PURE"] = "1"
