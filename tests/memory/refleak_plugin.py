@@ -29,7 +29,9 @@ OUT = os.environ.get("TIDELOOP_REFLEAK_OUT")
 def _clear_caches() -> None:
     """What regrtest -R clears between runs, and tideloop's own bounded cache
     (the native transports' datagram address table)."""
-    sys._clear_type_cache()
+    # 3.13 renamed it (the old name warns, and warnings are errors here).
+    clear = getattr(sys, "_clear_internal_caches", None) or sys._clear_type_cache
+    clear()
     try:
         from tideloop._transports import native
     except ImportError:  # pragma: no cover
