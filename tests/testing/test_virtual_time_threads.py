@@ -483,3 +483,68 @@ def test_the_call_a_blocked_thread_makes_is_read_off_its_frame(
     for lock in locks:
         lock.release()
     sq.put(1)
+
+
+# ----------------------------------------------------------------------
+# Timers that wait for time to have passed (found on aioquic's suite)
+
+
+def test_a_timer_due_within_the_resolution_runs_at_its_deadline() -> None:
+    """asyncio runs a timer due within one clock resolution of now; a
+    virtual clock first moves to the deadline, so the callback never sees
+    ``loop.time()`` short of it (and a "not yet" re-arm cannot spin)."""
+
+    async def main() -> tuple[bool, int]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.1)
+        deadline = loop.time() + 5e-10  # inside the 1 ns resolution
+        seen: list[float] = []
+        done = loop.create_future()
+
+        def not_before() -> None:
+            seen.append(loop.time())
+            if loop.time() < deadline:  # "not yet": re-arm at the deadline
+                loop.call_at(deadline, not_before)
+            else:
+                done.set_result(None)
+
+        loop.call_at(deadline, not_before)
+        # Callbacks ready: the loop does not wait (nor jump) before it runs
+        # what is due, and the timer is due within the resolution.
+        loop.call_soon(lambda: None)
+        await asyncio.wait_for(done, 1)
+        return seen[-1] >= deadline, len(seen)
+
+    real, virtual = both(main)
+    assert real[0] and virtual == (True, 1)
+
+
+def test_a_timer_rearmed_at_the_instant_it_runs_lets_time_move_on() -> None:
+    """aioquic's loss detection: a packet sent at ``sent`` is lost once
+    ``sent <= now - delay``; the timer is armed at ``sent + delay``, and in
+    floating point ``(sent + delay) - delay`` can be a rounding below
+    ``sent``. At exactly the deadline it is not lost yet, so the timer is
+    re-armed at the same instant. A real clock has moved on by then; a
+    virtual one moves on after `SPIN_LIMIT` iterations at that instant."""
+    sent, delay = 0.217, 0.0422
+    assert (sent + delay) - delay < sent  # the rounding, as found
+
+    async def main() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(sent)
+        now_sent = loop.time() - start
+        lost = loop.create_future()
+
+        def loss_detection() -> None:
+            if now_sent <= (loop.time() - start) - delay:
+                lost.set_result(loop.time() - start)
+            else:  # not lost yet: again at its loss time
+                loop.call_at(start + now_sent + delay, loss_detection)
+
+        loop.call_at(start + now_sent + delay, loss_detection)
+        when = await asyncio.wait_for(lost, 1)
+        return when >= sent + delay, when - (sent + delay) < 0.01
+
+    real, virtual = both(main)
+    assert real == (True, True) and virtual == (True, True)

@@ -20,6 +20,14 @@ What the core promises a clock with a ``wait`` (a virtual clock):
 - ``timeout`` is 0 when callbacks are ready (the clock must not block or
   move), the time until the earliest timer otherwise, or None when there is
   no timer.
+- A clock with a ``wait`` may also have ``reach(deadline)``, which moves
+  its time forward to *deadline*: the core calls it, after a wait, when the
+  earliest timer is due within ``resolution`` but not yet reached (no timer
+  runs before its deadline on a clock that does not move by itself), and
+  when a timer has been due at one instant for ``SPIN_LIMIT`` iterations
+  (a timer re-armed at the instant it runs moves time on by ``SPIN_STEP``,
+  as a real clock's iterations would: ``Scheduler._keep_virtual_time_moving``
+  says why).
 - While executor jobs started by ``run_in_executor`` (or the default
   executor's shutdown) are in flight, a positive timeout is passed as None:
   their results are real work that will wake the loop, and time must not

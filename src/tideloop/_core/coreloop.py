@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import math
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from time import monotonic as _real_time
@@ -160,6 +161,15 @@ class CoreLoop(LoopBase):
         #: no thread job (it may raise: nothing can ever happen again).
         self._threads_busy: Callable[[], bool] | None = None
         self._stuck: Callable[[], None] | None = None
+        #: A virtual clock's ``reach(deadline)``, if it has one: time moved
+        #: forward to a timer's deadline before the timer runs
+        #: (`Scheduler._wait_behind_thread_jobs`).
+        self._clock_reach: Callable[[float], object] | None = (
+            None if wait is None else getattr(clock, "reach", None)
+        )
+        #: The instant a timer has been due at, and for how many iterations.
+        self._spin_at = -math.inf
+        self._spins = 0
         if wait is not None:
             wait = self._wait_behind_thread_jobs
             if supervisor is not None:

@@ -92,6 +92,8 @@ __tracebackhide__ = _debug.hide_from_reports
 __all__ = [
     "BUSY_THREAD_SLICE",
     "MAX_POLL_TIMEOUT",
+    "SPIN_LIMIT",
+    "SPIN_STEP",
     "LoopBase",
     "Scheduler",
     "make_ready_queue",
@@ -105,6 +107,12 @@ MAX_POLL_TIMEOUT: Final = 24 * 3600.0
 
 #: Real seconds a virtual-time loop polls while another thread looks busy.
 BUSY_THREAD_SLICE: Final = 0.002
+
+#: Under a virtual clock: iterations in a row with a timer due at one instant
+#: before time is moved on by `SPIN_STEP` seconds, as a real clock would
+#: have moved (`Scheduler._keep_virtual_time_moving`).
+SPIN_LIMIT: Final = 1000
+SPIN_STEP: Final = 1e-6
 
 
 def trim(stack: list[Any], own: int, others: int = 0) -> None:
@@ -154,6 +162,9 @@ class Scheduler(asyncio.AbstractEventLoop):
     _clock_wait: WaitFn | None
     _jobs: ThreadJobs
     _threads_busy: Callable[[], bool] | None
+    _clock_reach: Callable[[float], object] | None
+    _spin_at: float
+    _spins: int
     _stuck: Callable[[], None] | None
     _admit_threadsafe: Callable[[asyncio.Handle], None]
     _io: IoSource
@@ -606,7 +617,49 @@ class Scheduler(asyncio.AbstractEventLoop):
             if events:
                 return events
             self._stuck()
-        return wait(poll, timeout)
+        events = wait(poll, timeout)
+        reach = self._clock_reach
+        if reach is not None:
+            self._keep_virtual_time_moving(reach)
+        return events
+
+    def _keep_virtual_time_moving(self, reach: Callable[[float], object]) -> None:
+        """Under a virtual clock, before this iteration's timers run: no timer
+        runs before its deadline, and none re-armed at the instant it runs
+        runs there forever.
+
+        Facts / what this means for us: on a real clock a timer runs a few
+        microseconds after its deadline (every iteration takes that long),
+        or up to one clock resolution before it (asyncio's rule for a
+        deadline the clock cannot show exactly). A virtual clock does not
+        move while callbacks run, so a program that re-arms a timer until
+        ``loop.time()`` has passed a point (aioquic's loss detection: "lost
+        if sent <= now - delay", with ``(sent + delay) - delay`` a rounding
+        above ``sent``; its pacing, 1 ns ahead) would run that timer
+        forever at one instant, where a real clock would have moved on.
+        So a virtual clock is brought to the deadline of a timer about to
+        run early, and, when a timer has been due at the same instant for
+        `SPIN_LIMIT` iterations in a row, moved on by `SPIN_STEP`, as the
+        iterations would have moved a real one.
+        """
+        head = self._head_deadline()
+        if head is None:
+            self._spins = 0
+            return
+        now = self._now()
+        if head > now:
+            if head < now + self._clock_resolution:
+                reach(head)
+            self._spins = 0
+            return
+        if now != self._spin_at:
+            self._spin_at = now
+            self._spins = 0
+            return
+        self._spins += 1
+        if self._spins >= SPIN_LIMIT:
+            self._spins = 0
+            reach(now + SPIN_STEP)
 
     def _check_running(self) -> None:
         if self.is_running():

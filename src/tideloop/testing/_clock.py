@@ -73,7 +73,9 @@ class VirtualClock:
     __slots__ = ("_jumps", "_threshold", "_time")
 
     #: The finest step between two deadlines the loop tells apart (as
-    #: ``time.monotonic`` on Linux). Deadlines reached by a jump are exact.
+    #: ``time.monotonic`` on Linux). Deadlines reached by a jump are exact,
+    #: and a timer due within it runs once time is brought to its deadline
+    #: (`reach`).
     resolution: Final[float] = 1e-9
 
     def __init__(self, *, start: float = 0.0, autojump_threshold: float = 0.0) -> None:
@@ -117,6 +119,14 @@ class VirtualClock:
         if not seconds >= 0.0:
             raise ValueError(f"time can only move forward, not by {seconds!r}")
         self._time += seconds
+
+    def reach(self, deadline: float) -> None:
+        """Move time forward to *deadline* (no further than it, never back).
+
+        The core calls it for a timer due within `resolution` of now, so the
+        timer's callback sees ``loop.time()`` at its deadline, never a hair
+        before it (``tideloop._core.clock``)."""
+        self._time = max(self._time, deadline)
 
     def wait(self, poll: PollFn, timeout: float | None) -> list[tuple[int, int]]:
         """The loop's blocking point (the core's ``Clock.wait`` hook).
