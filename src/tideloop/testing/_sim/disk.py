@@ -86,7 +86,7 @@ def _placeholder() -> int:
     """A new real descriptor number for a simulated file (see the invariants):
     an eventfd, or a pipe's read end (no file is opened; nothing blocks)."""
     if _eventfd is not None:
-        return int(_eventfd(0, os.EFD_CLOEXEC))
+        return int(_eventfd(0, getattr(os, "EFD_CLOEXEC", 0o2000000)))
     read, write = _real_pipe()
     _real_close(write)
     return read
