@@ -194,3 +194,29 @@ def test_a_simulated_networks_deviation_names_its_hosts() -> None:
     assert re.search(r"(db|app0|app1) \(10\.0\.0\.\d+:\d+\)", words), words
     assert re.search(r"(read|written) by task '", words), words
     assert "dispatched ahead of the other fds" in words, words
+
+
+async def _timers_already_due() -> None:
+    """Two timers for one instant already past when they are armed; the
+    test expects them in the order armed (a tie a schedule may break)."""
+    loop = asyncio.get_running_loop()
+    when = loop.time() - 0.002
+    order: list[int] = []
+    loop.call_at(when, order.append, 1)
+    loop.call_at(when, order.append, 2)
+    await asyncio.sleep(0.01)
+    assert order == [1, 2], order
+
+
+def test_a_timer_armed_for_a_time_already_past_is_said_to_be_due() -> None:
+    # loop.call_at(t) with t already past runs at once: its report and its
+    # trace say how long before its arming it was due, not a negative delay.
+    result = testing.explore(_timers_already_due, virtual_time=True, schedules=50)
+    tape = result.tape
+    assert tape is not None
+    report = tape.report()
+    assert "list.append (due 2 ms before it was armed)" in report, report
+    assert "for -" not in report, report
+    trace = tape.trace()
+    assert "due 2 ms before it was armed" in trace, trace
+    assert "for -" not in trace, trace

@@ -704,7 +704,11 @@ class LoopRecorder:
         api = "" if called in ("loop.call_later", "loop.call_at") else called
         # Called directly, what it calls says more.
         what = api or _where.short_name(a["callback"])
-        words = f"arms {what} for {_seconds(a['delay'])}"
+        delay: float = a["delay"]
+        if delay < 0:  # loop.call_at with a time already past: due at once
+            words = f"arms {what}, due {_seconds(-delay)} before it was armed"
+        else:
+            words = f"arms {what} for {_seconds(delay)}"
         seq = -1
         mine = _programs(site)
         # A task's timer with no line of the program's on the stack (a task

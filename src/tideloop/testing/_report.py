@@ -149,7 +149,14 @@ def timer_text(timer: dict[str, Any] | None, *, with_task: bool = True) -> str:
     else:
         callback = timer.get("callback") or "a callback"
         how = f"{api} " if api else ""
-        text = f"the timer {callback} ({how}for {delay}){at}" if delay else f"the timer {callback}"
+        given = timer.get("delay")
+        if isinstance(given, (int, float)) and given < 0:
+            # loop.call_at with a time already past (its arming came later
+            # than the program reckoned): due at once.
+            delay = f"due {seconds(-given)} before it was armed"
+        elif delay:
+            delay = f"for {delay}"
+        text = f"the timer {callback} ({how}{delay}){at}" if delay else f"the timer {callback}"
     task = timer.get("task")
     if with_task and isinstance(task, dict) and task.get("task"):
         text += f" in task {task['task']!r}"
