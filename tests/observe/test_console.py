@@ -511,3 +511,39 @@ def test_run_with_a_console_serves_while_it_runs(tmp_path: Path) -> None:
     (task,) = loop["tasks"]
     assert task["coro"].endswith("main") and task["state"] == "waiting"
     assert task["awaiting"][0].startswith("test_console.py:")
+
+
+def test_a_program_that_exits_under_the_console_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # `--once` takes a snapshot, waits an interval and takes another: the
+    # program ends in between. The console says so in one line, exit 1.
+    loop = tideloop.new_event_loop()
+    path = str(tmp_path / "c.sock")
+    server = serve(loop, path)
+
+    async def until_attached() -> None:
+        while loop._instruments.recorder is None:
+            await asyncio.sleep(0.01)
+
+    thread = run_in_thread(loop, until_attached())
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tideloop", "console", "--once", "--interval", "2", path],
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        thread.join(20)
+        server.close()  # the program ends: its console with it
+        out, err = proc.communicate(timeout=20)
+    finally:
+        thread.join(10)
+        server.close()
+        loop.close()
+    assert proc.returncode == 1, (out, err)
+    assert out == "" and "Traceback" not in err, err
+    (line,) = err.splitlines()
+    assert line.startswith("python -m tideloop console: "), line
+    assert "closed the console connection" in line, line

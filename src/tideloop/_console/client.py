@@ -67,12 +67,17 @@ class Client:
         self._buffer = b""
 
     def snapshot(self) -> dict[str, Any]:
-        self.sock.sendall(b'{"op": "snapshot"}\n')
-        while b"\n" not in self._buffer:
-            data = self.sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError("the program closed the console connection")
-            self._buffer += data
+        """The program's next snapshot; ConnectionError once it is gone."""
+        gone = "the program closed the console connection (it has exited?)"
+        try:
+            self.sock.sendall(b'{"op": "snapshot"}\n')
+            while b"\n" not in self._buffer:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError(gone)
+                self._buffer += data
+        except (BrokenPipeError, ConnectionResetError):
+            raise ConnectionError(gone) from None
         line, _, self._buffer = self._buffer.partition(b"\n")
         reply: dict[str, Any] = json.loads(line)
         return reply
@@ -218,9 +223,13 @@ def main(argv: list[str]) -> int:
         if once:
             # The first snapshot attaches the recorder; the second, an
             # interval later, has task statistics and rates over it.
-            client.snapshot()
-            time.sleep(interval)
-            snapshot = client.snapshot()
+            try:
+                client.snapshot()
+                time.sleep(interval)
+                snapshot = client.snapshot()
+            except OSError as exc:  # ConnectionError, a timeout
+                sys.stderr.write(f"python -m tideloop console: {exc}\n")
+                return 1
             if as_json:
                 sys.stdout.write(json.dumps(snapshot, indent=1) + "\n")
             else:
