@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import queue
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from scenarios.races import RACES, REAL_THREAD_TIMING, Planted, fails, seeds_to_
 from tideloop import testing
 from tideloop._core.clock import MonotonicClock
 from tideloop._pollers import READ
-from tideloop.testing import Perturber
+from tideloop.testing import DecisionLog, Perturber, RandomStrategy
 
 SEEDS = range(40)
 
@@ -218,7 +219,7 @@ def test_a_thread_handle_in_the_inbox_is_not_slept_past() -> None:
     """
     perturber = Perturber(0)
     ready: collections.deque[asyncio.Handle] = collections.deque()
-    wait = perturber.attach(ready, None, lambda: 0.0, lambda: None)
+    wait = perturber.attach(ready, None, lambda: 0.0, lambda: None, lambda: None)
     timeouts: list[float | None] = []
 
     def poll(timeout: float | None) -> list[tuple[int, int]]:
@@ -239,7 +240,7 @@ def test_a_thread_handle_in_the_inbox_is_not_slept_past() -> None:
 def test_poll_events_are_permuted_not_lost() -> None:
     perturber = Perturber(3)
     events = [(fd, READ) for fd in range(10, 20)]
-    wait = perturber.attach(collections.deque(), None, lambda: 0.0, lambda: None)
+    wait = perturber.attach(collections.deque(), None, lambda: 0.0, lambda: None, lambda: None)
     seen: list[int] = []
     for _ in range(10):
         seen += [fd for fd, _ in wait(lambda timeout: list(events), 0.0)]
@@ -287,3 +288,74 @@ def replaying_seed(planted: Planted, base: int, limit: int) -> int | None:
         spurious += 1
         assert spurious <= 3, f"seeds up to {seed}: {spurious} failures that did not replay"
     return None
+
+
+# ----------------------------------------------------------------------
+# A held thread handle never comes after what its thread did next
+
+
+def _join_then_look() -> Any:
+    """A worker queues a handle, then ``task_done()``; the loop's thread
+    blocks in ``queue.join()`` (as anyio's worker-reuse test does). By the
+    time ``join`` returns the handle is queued, so it has run one
+    iteration later: on asyncio, always."""
+
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        jobs: queue.Queue[int] = queue.Queue()
+        seen: list[int] = []
+
+        def worker() -> None:
+            item = jobs.get()
+            loop.call_soon_threadsafe(seen.append, item)
+            jobs.task_done()
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        jobs.put(1)
+        await asyncio.sleep(0.001)  # a timer the handle could be held behind
+        jobs.join()  # blocks the loop's thread until task_done
+        await asyncio.sleep(0)
+        thread.join()
+        return list(seen)
+
+    return main
+
+
+def _flag_then_look() -> Any:
+    """A thread queues a handle, then sets a flag; the loop sees the flag,
+    takes one more iteration, and the handle has run: on asyncio, always
+    (it was queued before the flag was set)."""
+
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        seen: list[int] = []
+        flag = threading.Event()
+
+        def worker() -> None:
+            loop.call_soon_threadsafe(seen.append, 1)
+            flag.set()
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        while not flag.is_set():
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0)
+        thread.join()
+        return list(seen)
+
+    return main
+
+
+@pytest.mark.parametrize("program", [_join_then_look, _flag_then_look], ids=["join", "flag"])
+def test_a_threads_handle_is_not_held_past_what_the_thread_did_next(
+    program: Any,
+) -> None:
+    assert asyncio.run(program()()) == [1]
+    held = 0
+    for seed in range(40):
+        log = DecisionLog(RandomStrategy(seed))
+        assert testing.run(program()(), strategy=log) == [1], seed
+        held += sum(1 for point in log.deviations if point[0] == "thread")
+    if program is _flag_then_look:
+        assert held  # handles were held: their thread waited for them

@@ -179,7 +179,7 @@ class CoreLoop(LoopBase):
         # ready queue's append, or the schedule's admission, maybe watched.
         admit: Callable[[asyncio.Handle], None] = ready.append
         if schedule is not None:
-            wait = schedule.attach(ready, wait, clock.now, self._head_deadline)
+            wait = schedule.attach(ready, wait, clock.now, self._head_deadline, self._waker.wake)
             admit = schedule.admit_threadsafe
         if supervisor is not None:
             admit = supervisor.admit(admit)

@@ -228,14 +228,16 @@ class Schedule(Protocol):
         wait: WaitFn | None,
         now: Callable[[], float],
         deadline: Callable[[], float | None],
+        wake: Callable[[], object],
     ) -> WaitFn:
         """Bind to a loop's ready queue; return the wait function the loop calls.
 
         *wait* is the clock's (None for real time: block in *poll*); *now*
         the loop's time; *deadline* the earliest timer's deadline (None
-        without timers; it may be a cancelled timer's). The returned
-        function is called once per iteration, like a clock's wait, and
-        returns the events the loop dispatches, in dispatch order.
+        without timers; it may be a cancelled timer's); *wake* wakes the
+        loop from its poll (any thread). The returned function is called
+        once per iteration, like a clock's wait, and returns the events the
+        loop dispatches, in dispatch order.
         """
         ...
 

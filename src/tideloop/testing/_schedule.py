@@ -47,7 +47,13 @@ these, and nothing else:
    within *thread_horizon* seconds of loop time from its arrival: a handle
    is admitted before the loop waits for a timer beyond that (a 5 ms job is
    not modelled as taking ten seconds), and at once when no timer is
-   pending at all. Handles from one thread keep their order.
+   pending at all. Handles from one thread keep their order. A thread's
+   ``call_soon_threadsafe`` returns only once its handle is admitted (the
+   thread waits, as a slow thread would have before the call: nothing it
+   does after the call can be seen before the handle is queued), unless
+   the loop's thread is blocked waiting (for that thread, it may be) or
+   ``PRODUCER_PATIENCE`` real seconds pass: then the handle is queued at
+   once, as asyncio queues it. An executor job's thread does not wait.
 
 4. **Only with** ``wakeups=True`` (off by default): **how many iterations
    a task's step takes to come** (``("wake", loop, t, k)``: the k-th step
@@ -104,6 +110,8 @@ import asyncio
 import collections
 import functools
 import os
+import select
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -117,6 +125,7 @@ from tideloop._recorder import RecordedJob
 
 from . import _where
 from ._strategy import DecisionLog, RandomStrategy, Strategy
+from ._threads import waits
 
 if TYPE_CHECKING:
     from ._recording import LoopRecorder
@@ -127,6 +136,12 @@ MAX_DEFER: Final = 3
 HOLD_PROBABILITY: Final = 0.5
 MAX_HOLD: Final = 4
 THREAD_HORIZON: Final = 0.1
+#: Real seconds a thread waits for its ``call_soon_threadsafe`` handle to be
+#: admitted (`Perturber._pause`) before it lets the loop have it at once; and
+#: the real seconds without an iteration, the loop not polling, after which
+#: it does so sooner (the loop is stopped, or stuck in a callback).
+PRODUCER_PATIENCE: Final = 0.5
+PRODUCER_STALL: Final = 0.05
 #: Probability of each dispatch priority 1..3 when several fds are ready.
 PRIORITY_PROBABILITY: Final = 0.25
 #: Probability that a tied timer jumps ahead (of 1..n, uniformly).
@@ -163,31 +178,61 @@ def _callback_name(handle: asyncio.Handle) -> str:
     return str(name)
 
 
+class _Arrival:
+    """Another thread's handle on its way into the loop (`Perturber._inbox`)."""
+
+    __slots__ = ("admitted", "handle", "site", "thread")
+
+    def __init__(
+        self, handle: asyncio.Handle, thread: str, site: dict[str, Any] | None = None
+    ) -> None:
+        self.handle = handle
+        #: Its producer (a thread's name, or "executor job #i").
+        self.thread = thread
+        #: Recording only: the program's line that called call_soon_threadsafe.
+        self.site = site
+        #: In the ready queue: set once, under `Perturber._admission`, by
+        #: the loop (`_admit`, `_release`) or by its producer (`_pause`).
+        self.admitted = False
+
+
 class _Held:
     """A held thread handle: timer firings still to wait, horizon, producer,
     and (recording) its deviation's detail, where the timers it came after go."""
 
-    __slots__ = ("deadline", "detail", "handle", "left", "thread")
+    __slots__ = ("arrival", "deadline", "detail", "handle", "left", "thread")
 
     def __init__(
         self,
-        handle: asyncio.Handle,
+        arrival: _Arrival,
         left: int,
         deadline: float,
-        thread: str,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        self.handle = handle
+        self.arrival = arrival
+        self.handle = arrival.handle
         self.left = left
         self.deadline = deadline
-        self.thread = thread
+        self.thread = arrival.thread
         self.detail = detail
+
+
+def _producer_pause(arrival: _Arrival) -> None:
+    """One millisecond of a producer's wait for its handle's admission.
+
+    A frame of its own, which `ThreadWatch` knows (``_threads``): a thread
+    here waits for the loop (idle) until *arrival* is admitted. poll(2) of
+    nothing, as ``_threads._pause``: a pause that is no call blockbuster
+    takes for the program's.
+    """
+    select.poll().poll(1)
 
 
 class Perturber:
     """A `Schedule` whose choices come from a `Strategy`: see the module docstring."""
 
     __slots__ = (
+        "_admission",
         "_armed",
         "_arrivals",
         "_deadline",
@@ -204,12 +249,14 @@ class Perturber:
         "_horizon",
         "_inbox",
         "_inner",
+        "_iterations",
         "_jobs",
         "_loop_no",
         "_loop_thread",
         "_max_defer",
         "_max_hold",
         "_now",
+        "_polling",
         "_priority_weights",
         "_ready",
         "_rec",
@@ -217,6 +264,7 @@ class Perturber:
         "_tasks",
         "_ties",
         "_view",
+        "_wake",
         "_wake_weights",
         "_waker",
         "deferrals",
@@ -299,12 +347,16 @@ class Perturber:
         self._fd_words: dict[int, str] = {}
         #: fd -> iterations it is still to be deferred (only fds being deferred).
         self._deferred: dict[int, int] = {}
-        #: Other threads' handles not seen yet, with the thread's name, in
-        #: arrival order. Appended from any thread, popped on the loop's
-        #: (deque ops are atomic).
-        self._inbox: collections.deque[tuple[asyncio.Handle, str, dict[str, Any] | None]] = (
-            collections.deque()
-        )
+        #: Other threads' handles not seen yet, in arrival order. Appended
+        #: from any thread, popped on the loop's (deque ops are atomic).
+        self._inbox: collections.deque[_Arrival] = collections.deque()
+        #: Guards an arrival's admission: by the loop, or by its producer.
+        self._admission = threading.Lock()
+        #: Iterations begun, and whether the loop is in its poll now: what a
+        #: waiting producer reads to tell a loop at work from a stopped one.
+        self._iterations = 0
+        self._polling = False
+        self._wake: Callable[[], object] | None = None
         self._held: list[_Held] = []
         self._arrivals = 0
         self._ties = 0
@@ -354,10 +406,12 @@ class Perturber:
         wait: WaitFn | None,
         now: Callable[[], float],
         deadline: Callable[[], float | None],
+        wake: Callable[[], object],
     ) -> WaitFn:
         if self._ready is not None:
             raise RuntimeError("a Perturber schedules one loop only; make one per loop")
         self._ready = ready
+        self._wake = wake
         self._inner = wait
         self._now = now
         self._deadline = deadline
@@ -371,18 +425,64 @@ class Perturber:
         if owner is None or owner == threading.get_ident():
             # The loop's own thread: FIFO with call_soon, never held.
             ready.append(handle)
-        elif self._rec is None:
-            self._inbox.append((handle, threading.current_thread().name, None))
-        else:
+            return
+        site: dict[str, Any] | None = None
+        if self._rec is not None:
             # The calling thread's own stack: the line of the program's
             # that handed the loop this callback.
             site, _ = _where.here()
-            self._inbox.append((handle, threading.current_thread().name, site))
+        arrival = _Arrival(handle, threading.current_thread().name, site)
+        self._inbox.append(arrival)
+        assert self._wake is not None
+        self._wake()  # the loop may be in its poll: it takes the arrival now
+        self._pause(arrival, owner)
+
+    def _pause(self, arrival: _Arrival, owner: int) -> None:
+        """The producing thread waits until its handle is admitted.
+
+        Facts / what this means for us: holding a thread's handle models a
+        thread that was slow to make the call. A thread that really was
+        slow did nothing after the call earlier either; but this one has
+        made it, and what it does next (``queue.task_done()``, setting an
+        event, writing to a socket) the loop may see, and asyncio
+        guarantees that by then the handle is queued (anyio's
+        ``test_asyncio_worker_reused_after_cancelled_call`` joins the
+        worker's queue, then expects the worker's handle to have run: a
+        false alarm when the handle was held past that). So the thread
+        waits here until the handle is admitted, as a slow thread would
+        have been elsewhere. Unless the loop's thread is blocked waiting
+        (maybe for this very thread: it must not wait forever), or after
+        `PRODUCER_PATIENCE` real seconds (the loop is not iterating): then
+        the handle goes into the ready queue at once, as asyncio's
+        ``call_soon_threadsafe`` puts it.
+        """
+        now = _real_clock()
+        give_up = now + PRODUCER_PATIENCE
+        seen, since = self._iterations, now
+        while not arrival.admitted:
+            frame = sys._current_frames().get(owner)
+            if frame is None or waits(frame):
+                break
+            now = _real_clock()
+            if now > give_up:
+                break
+            if self._iterations != seen or self._polling:
+                seen, since = self._iterations, now
+            elif now - since > PRODUCER_STALL:
+                break  # no iteration, no poll: the loop is stopped or stuck
+            _producer_pause(arrival)
+        ready = self._ready
+        assert ready is not None
+        with self._admission:
+            if not arrival.admitted:
+                arrival.admitted = True
+                ready.append(arrival.handle)
 
     def admit_thread_result(self, handle: asyncio.Handle, job: int) -> None:
         # Named by submission order, which the program fixes (arrival order
-        # is the threads'); jobs are not ordered among themselves.
-        self._inbox.append((handle, f"executor job #{job}", None))
+        # is the threads'); jobs are not ordered among themselves. The
+        # job's thread does not wait: what it does next is the executor's.
+        self._inbox.append(_Arrival(handle, f"executor job #{job}"))
 
     def job_submitted(self, job: int, func: Callable[..., object]) -> None:
         rec = self._rec
@@ -487,6 +587,7 @@ class Perturber:
 
     def _wait(self, poll: PollFn, timeout: float | None) -> list[tuple[int, int]]:
         self._loop_thread = threading.get_ident()
+        self._iterations += 1
         inner = self._inner
         held = self._held
         rec = self._rec
@@ -517,18 +618,11 @@ class Perturber:
                     # The next timer is past their horizon: admitted first.
                     self._release(late)
                     timeout = 0.0
-        if inner is not None:
-            events = inner(poll, timeout)
-        elif timeout:
-            # Real time, blocking until a timer is due: when nothing else
-            # comes, that is real time asleep (the log's ``slept``, which
-            # the pytest plugin reports: virtual time would skip it).
-            started = _real_clock()
-            events = poll(timeout)
-            if not events:
-                self.log.slept += _real_clock() - started
-        else:
-            events = poll(timeout)
+        self._polling = True
+        try:
+            events = self._poll(poll, inner, timeout)
+        finally:
+            self._polling = False
         if self._inbox:
             self._take_arrivals()
         if self._held:
@@ -539,6 +633,23 @@ class Perturber:
             rec.deferred(self._deferred)
         return events
 
+    def _poll(
+        self, poll: PollFn, inner: WaitFn | None, timeout: float | None
+    ) -> list[tuple[int, int]]:
+        """The poll (or the clock's wait around it) of one iteration."""
+        if inner is not None:
+            return inner(poll, timeout)
+        if timeout:
+            # Real time, blocking until a timer is due: when nothing else
+            # comes, that is real time asleep (the log's ``slept``, which
+            # the pytest plugin reports: virtual time would skip it).
+            started = _real_clock()
+            events = poll(timeout)
+            if not events:
+                self.log.slept += _real_clock() - started
+            return events
+        return poll(timeout)
+
     def _release(self, which: list[_Held]) -> None:
         """Admit *which* now, and every earlier handle of their threads."""
         chosen = {id(h) for h in which}
@@ -548,11 +659,17 @@ class Perturber:
             if id(h) in chosen or h.thread in threads:
                 threads.add(h.thread)
                 out.append(h)
-        append = self._ready.append  # type: ignore[union-attr]
         gone = {id(h) for h in out}
         for h in reversed(out):
-            append(h.handle)
+            self._admit_one(h.arrival)
         self._held = [h for h in self._held if id(h) not in gone]
+
+    def _admit_one(self, arrival: _Arrival) -> None:
+        """Into the ready queue, unless its producer put it there already."""
+        with self._admission:
+            if not arrival.admitted:
+                arrival.admitted = True
+                self._ready.append(arrival.handle)  # type: ignore[union-attr]
 
     def _take_arrivals(self) -> None:
         inbox = self._inbox
@@ -562,7 +679,8 @@ class Perturber:
         n = self._max_hold + 1
         rec = self._rec
         while inbox:
-            handle, thread, site = inbox.popleft()
+            arrival = inbox.popleft()
+            handle, thread, site = arrival.handle, arrival.thread, arrival.site
             name = _callback_name(handle)
             point: tuple[str | int, ...]
             if thread.startswith("executor job #"):
@@ -573,6 +691,11 @@ class Perturber:
                 self._arrivals = i + 1
                 point = ("thread", self._loop_no, i)
                 what = f"handle #{i} from thread {thread!r} ({name})"
+            if arrival.admitted:
+                # Its producer queued it (`_pause`): no decision left.
+                if rec is not None:
+                    rec.arrived(point, handle, thread, site, 0)
+                continue
 
             def words(v: int, what: str = what) -> str:
                 if not v:
@@ -591,7 +714,7 @@ class Perturber:
                 self.holds += 1
             chosen = self.log.deviations.get(point) if v and rec is not None else None
             self._held.append(
-                _Held(handle, v, deadline, thread, chosen.detail if chosen is not None else None)
+                _Held(arrival, v, deadline, chosen.detail if chosen is not None else None)
             )
             if rec is not None:
                 rec.arrived(point, handle, thread, site, v)
@@ -635,13 +758,14 @@ class Perturber:
         # now, so a handle waiting for one more firing is admitted next time.
         now = self._now()
         fired = head is not None and head <= now
-        append = self._ready.append  # type: ignore[union-attr]
         keep: list[_Held] = []
         blocked: set[str] = set()
         due: list[dict[str, Any]] | None = None
         for h in self._held:
+            if h.arrival.admitted:
+                continue  # its producer stopped waiting and queued it
             if h.left <= 0 and h.thread not in blocked:
-                append(h.handle)
+                self._admit_one(h.arrival)
                 continue
             if fired:
                 h.left -= 1

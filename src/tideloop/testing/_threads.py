@@ -116,6 +116,7 @@ __all__ = [
     "VirtualTimeWarning",
     "runner_threads",
     "track_producers",
+    "waits",
 ]
 
 
@@ -136,6 +137,7 @@ _IDLE_FRAMES: Final = frozenset(
         ("selectors.py", "select"),
         ("socket.py", "accept"),
         ("socketserver.py", "serve_forever"),
+        ("_schedule.py", "_producer_pause"),
     }
 )
 
@@ -168,6 +170,17 @@ def _idle(frame: FrameType) -> bool:
     return _idle_at(*_where(frame))
 
 
+def waits(innermost: FrameType) -> bool:
+    """Whether the thread whose innermost frame is *innermost* is blocked
+    waiting for another thread to act (a `ThreadWatch` idle wait, or a C wait
+    on a lock still held or a queue still empty)."""
+    frame, where = _where(innermost)
+    if _idle_at(frame, where):
+        return True
+    call = _call_at(frame)
+    return call is not None and _blocked(call).waits
+
+
 def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
     if where not in _IDLE_FRAMES:
         return False
@@ -190,6 +203,11 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
         condition, waiter = local.get("self"), local.get("waiter")
         waiters = getattr(condition, "_waiters", None)
         return waiter is None or waiters is None or waiter in waiters
+    if where == _PRODUCER_PAUSE:
+        # A thread waiting for its call_soon_threadsafe handle to be
+        # admitted under a schedule (_schedule._pause): it waits for the
+        # loop until it is.
+        return not getattr(frame.f_locals.get("arrival"), "admitted", True)
     if where == _POOL_WORKER:
         # A thread pool's worker waits on its queue (a SimpleQueue: a wait
         # in C, with no trace once woken): with a job in it, it is about to
@@ -201,6 +219,9 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
         )
     return True
 
+
+#: A thread waiting for the loop to admit its handle (``_schedule._pause``).
+_PRODUCER_PAUSE: Final = ("_schedule.py", "_producer_pause")
 
 #: Frames of a thread joining another.
 _JOINS: Final = frozenset({("threading.py", "join"), ("threading.py", "_wait_for_tstate_lock")})
