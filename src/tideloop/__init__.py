@@ -9,7 +9,6 @@ Public API only; see ``tideloop._loop`` for how the loop is composed.
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 from ._console import install_from_environment as _install_console_from_environment
@@ -17,6 +16,7 @@ from ._core.metrics import LAG_BOUNDS, LoopMetrics, SlowCallback
 from ._core.native import NATIVE
 from ._entry import install, run
 from ._loop import Loop, new_event_loop
+from ._public import public_dir as _public_dir
 from ._recorder import Recorder
 from ._trace import trace
 
@@ -54,13 +54,4 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     # dir(tideloop) lists the public API (and the module's own dunders and the
     # public submodules imported so far), not the names its code imports.
-    names = {n for n in globals() if n.startswith("__") and n.endswith("__")}
-    names.update(__all__)
-    names.update(
-        n
-        for n, v in globals().items()
-        if isinstance(v, types.ModuleType)
-        and not n.startswith("_")
-        and v.__name__ == f"{__name__}.{n}"
-    )
-    return sorted(names)
+    return _public_dir(globals(), __all__, __name__)

@@ -60,6 +60,7 @@ TOP = {
     "_trace",
     "otel",
     "_console",
+    "_public",
 }
 
 #: ``raise NotImplementedError`` sites allowed in src, by module: features of

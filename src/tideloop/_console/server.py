@@ -60,7 +60,7 @@ from typing import Any, Final
 from tideloop._loop import Loop
 from tideloop._recorder import Recorder
 
-from .snapshot import Previous, UnawaitedWarnings, take
+from .snapshot import Previous, UnawaitedWarnings, counts, take
 
 __all__ = ["SNAPSHOT_TIMEOUT", "ConsoleError", "ConsoleServer", "check_directory"]
 
@@ -457,13 +457,7 @@ def _metrics_only(loop: Loop) -> dict[str, Any]:
     m = loop.metrics()
     return {
         "metrics": {
-            "iterations": m.iterations,
-            "callbacks": m.callbacks,
-            "ready": m.ready,
-            "timers": m.timers,
-            "fds": m.fds,
-            "executor_pending": m.executor_pending,
-            "slow_callbacks": m.slow_callbacks,
+            **counts(m),
             "busy_time": m.busy_time,
             "idle_time": m.idle_time,
         }

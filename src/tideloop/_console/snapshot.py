@@ -51,6 +51,7 @@ __all__ = [
     "SELF_WAKE_SHARE",
     "Previous",
     "UnawaitedWarnings",
+    "counts",
     "take",
     "transport_bytes",
 ]
@@ -299,6 +300,19 @@ def _address(addr: object) -> str:
     return str(addr)
 
 
+def counts(m: LoopMetrics) -> dict[str, Any]:
+    """A loop's counters and gauges as the console's JSON names them."""
+    return {
+        "iterations": m.iterations,
+        "callbacks": m.callbacks,
+        "ready": m.ready,
+        "timers": m.timers,
+        "fds": m.fds,
+        "executor_pending": m.executor_pending,
+        "slow_callbacks": m.slow_callbacks,
+    }
+
+
 def take(
     loop: Loop,
     number: int,
@@ -386,14 +400,8 @@ def take(
             "utilisation": busy / run if run > 0 else 0.0,
             "iterations_per_s": iterations / interval if interval > 0 else 0.0,
             "callbacks_per_s": callbacks / interval if interval > 0 else 0.0,
-            "iterations": m.iterations,
-            "callbacks": m.callbacks,
-            "ready": m.ready,
-            "timers": m.timers,
-            "fds": m.fds,
-            "executor_pending": m.executor_pending,
+            **counts(m),
             "lag": _lag(before, m),
-            "slow_callbacks": m.slow_callbacks,
         },
         "task_count": len(tasks),
         "tasks": task_rows,

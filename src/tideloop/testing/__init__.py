@@ -66,12 +66,12 @@ import asyncio
 import asyncio.events
 import contextlib
 import functools
-import types
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from tideloop._loop import Loop
 from tideloop._pollers import Poller
+from tideloop._public import public_dir as _public_dir
 
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
@@ -280,13 +280,4 @@ def __dir__() -> list[str]:
     # dir(tideloop.testing) lists the public API (and the package's own
     # dunders and the public submodules imported so far, e.g. pytest_plugin),
     # not the names its code imports.
-    names = {n for n in globals() if n.startswith("__") and n.endswith("__")}
-    names.update(__all__)
-    names.update(
-        n
-        for n, v in globals().items()
-        if isinstance(v, types.ModuleType)
-        and not n.startswith("_")
-        and v.__name__ == f"{__name__}.{n}"
-    )
-    return sorted(names)
+    return _public_dir(globals(), __all__, __name__)

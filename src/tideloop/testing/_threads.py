@@ -536,8 +536,14 @@ def _read_fd(fn: object, owner: object, name: str, args: tuple[Any, ...]) -> int
 
 
 def _ready(fd: int, mask: int) -> bool:
+    return _any_ready({fd: mask})
+
+
+def _any_ready(interest: dict[int, int]) -> bool:
+    """Whether any fd of *interest* (fd -> poll mask) is ready now."""
     poller = select.poll()
-    poller.register(fd, mask)
+    for fd, mask in interest.items():
+        poller.register(fd, mask)
     try:
         events = poller.poll(0)
     except OSError:
@@ -686,16 +692,7 @@ def _woken_at(frame: FrameType, where: tuple[str, str]) -> bool:
         sock = frame.f_locals.get("self")
         if isinstance(sock, socket.socket) and (fd := sock.fileno()) >= 0:
             interest[fd] = select.POLLIN
-    if not interest:
-        return False
-    poller = select.poll()
-    for fd, mask in interest.items():
-        poller.register(fd, mask)
-    try:
-        events = poller.poll(0)
-    except OSError:
-        return False
-    return any(ev & _WAKES and not ev & select.POLLNVAL for _, ev in events)
+    return bool(interest) and _any_ready(interest)
 
 
 #: Real seconds the GIL is left free before a jump past a thread in ``accept``.
