@@ -26,6 +26,12 @@ import tideloop
 from children import python_env, run_python
 
 
+def blocking_nap(seconds: float) -> None:
+    """The executor job (a function of the program's: under --blockbuster,
+    time.sleep itself is blockbuster's wrapper, named so)."""
+    time.sleep(seconds)
+
+
 async def workload() -> None:
     """Tasks, a server and a client on loopback, a timer, a job, a child."""
 
@@ -47,7 +53,7 @@ async def workload() -> None:
     assert await reader.readline() == b"x\n"
     writer.close()
     await writer.wait_closed()
-    await loop.run_in_executor(None, time.sleep, 0.003)
+    await loop.run_in_executor(None, blocking_nap, 0.003)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
     await proc.wait()
     await nap
@@ -103,7 +109,7 @@ def test_a_trace_of_a_workload_is_well_formed_and_in_the_programs_terms(tmp_path
     assert any("test_trace.py:" in e["args"]["site"] for e in sleeps)
     # The executor job and the child as async slices; the job's run on its thread.
     jobs = named(trace_events, "b", "executor")
-    assert [e["name"] for e in jobs] == ["job 1: sleep"]
+    assert [e["name"] for e in jobs] == ["job 1: blocking_nap"]
     (run,) = named(trace_events, "X", "executor")
     assert run["dur"] >= 3000 and run["tid"] != iterations[0]["tid"]
     (spawn,) = [e for e in named(trace_events, "b", "subprocess") if e["name"].startswith("exec ")]

@@ -261,9 +261,23 @@ def test_the_text_trace_speaks_the_same_terms(race_tape: Tape) -> None:
 
 
 @pytest.fixture(scope="module")
-def browser(race_tape: Tape, sim_tape: Tape, loop_tape: Tape) -> Iterator[Any]:
-    # The tapes are made first: playwright's sync API runs an event loop in
-    # this thread while the browser is open.
+def pages(
+    race_tape: Tape, sim_tape: Tape, loop_tape: Tape, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Each tape's timeline page, written before the browser opens."""
+    where = tmp_path_factory.mktemp("timelines")
+    return {
+        "race": race_tape.save_timeline(where / "race.html"),
+        "sim": sim_tape.save_timeline(where / "sim.html"),
+        "loop": loop_tape.save_timeline(where / "loop.html"),
+    }
+
+
+@pytest.fixture(scope="module")
+def browser(pages: dict[str, Path]) -> Iterator[Any]:
+    # The tapes and their pages are made first: playwright's sync API runs
+    # an event loop in this thread while the browser is open (and tideloop's
+    # file writes on a loop's thread are what blockbuster fails).
     with chromium("TIDELOOP_REQUIRE_CHROMIUM", "the timeline's browser tests") as browser:
         yield browser
 
@@ -280,8 +294,8 @@ def _open(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:
     return page, errors, requests
 
 
-def test_a_race_in_the_browser(browser: Any, race_tape: Tape, tmp_path: Path) -> None:
-    path = race_tape.save_timeline(tmp_path / "race.html")
+def test_a_race_in_the_browser(browser: Any, pages: dict[str, Path]) -> None:
+    path = pages["race"]
     page, errors, requests = _open(browser, path)
     try:
         assert requests == [path.as_uri()]
@@ -321,8 +335,8 @@ def test_a_race_in_the_browser(browser: Any, race_tape: Tape, tmp_path: Path) ->
         page.close()
 
 
-def test_hosts_and_messages_in_the_browser(browser: Any, sim_tape: Tape, tmp_path: Path) -> None:
-    path = sim_tape.save_timeline(tmp_path / "sim.html")
+def test_hosts_and_messages_in_the_browser(browser: Any, pages: dict[str, Path]) -> None:
+    path = pages["sim"]
     page, errors, requests = _open(browser, path)
     try:
         assert requests == [path.as_uri()]
@@ -342,10 +356,8 @@ def test_hosts_and_messages_in_the_browser(browser: Any, sim_tape: Tape, tmp_pat
         page.close()
 
 
-def test_jobs_subprocesses_and_errors_in_the_browser(
-    browser: Any, loop_tape: Tape, tmp_path: Path
-) -> None:
-    path = loop_tape.save_timeline(tmp_path / "loop.html")
+def test_jobs_subprocesses_and_errors_in_the_browser(browser: Any, pages: dict[str, Path]) -> None:
+    path = pages["loop"]
     page, errors, requests = _open(browser, path)
     try:
         assert requests == [path.as_uri()]

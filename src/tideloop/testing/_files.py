@@ -697,15 +697,22 @@ def install(patches: Patches, net: SimNetwork) -> None:
         "setxattr": xattrs("setxattr"),
         "removexattr": xattrs("removexattr"),
     }
+    import builtins
+
     everywhere: dict[int, tuple[Any, Any]] = {id(_real_open): (_real_open, sim_open)}
+    # What the names hold now, when it is not the real call: a wrapper put
+    # there since tideloop was imported (blockbuster's, a profiler's), which
+    # a module imported since (aiofiles.os) may have taken as its own.
+    for current in {id(io.open): io.open, id(builtins.open): builtins.open}.values():
+        everywhere.setdefault(id(current), (current, sim_open))
     for name, fake in replacements.items():
         if name not in real:
             continue  # not on this platform
+        current = getattr(os, name)
         patches.attribute(os, name, fake)
         everywhere[id(real[name])] = (real[name], fake)
+        everywhere.setdefault(id(current), (current, fake))
     patches.attribute(io, "open", sim_open)
-    import builtins
-
     patches.attribute(builtins, "open", sim_open)
     patches.everywhere(everywhere)
 

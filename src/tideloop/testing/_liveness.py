@@ -93,7 +93,10 @@ def _site(task: asyncio.Task[Any]) -> str | None:
         if frame is None:
             break
         innermost = frame
-        path = os.path.normcase(os.path.abspath(frame.f_code.co_filename))
+        # (Not os.path.abspath: this runs on the loop's thread, where its
+        # getcwd() is a call blockbuster fails; code objects' names are
+        # absolute already.)
+        path = os.path.normcase(frame.f_code.co_filename)
         if not path.startswith(_LIBRARY):
             own = frame
         awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)

@@ -154,7 +154,7 @@ _STACK: Final = 64
 def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
     """The frame a thread waits in, and its (file name, function name)."""
     code = frame.f_code
-    if code.co_name == "wrapper" and code.co_filename.endswith("blockbuster.py"):
+    if _is_blockbuster(code):
         # blockbuster (anyio's and aiohttp's suites run under it) wraps
         # blocking calls, a lock's acquire among them, in a Python frame:
         # the wait is the frame below.
@@ -164,6 +164,29 @@ def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
     name = code.co_filename
     slash = name.rfind("/")
     return frame, (name[slash + 1 :], code.co_name)
+
+
+def _is_blockbuster(code: CodeType) -> bool:
+    return code.co_name == "wrapper" and code.co_filename.endswith("blockbuster.py")
+
+
+def _call_of(innermost: FrameType, frame: FrameType) -> _Call | None:
+    """The call a thread whose innermost frame is *innermost* makes now
+    (*frame*: where `_where` says it waits). Through blockbuster's wrapper,
+    the wrapped call is in the wrapper's locals (its arguments as given;
+    a method patched on a type gets its instance as the first)."""
+    if not _is_blockbuster(innermost.f_code):
+        return _call_at(frame)
+    local = innermost.f_locals
+    fn, args, kwargs = local.get("func"), local.get("args"), local.get("kwargs")
+    if fn is None or not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return None
+    # An unbound method of a C type (``lock.acquire`` patched on the lock's
+    # type): bound to its instance, as the program called it.
+    unbound = args and getattr(fn, "__self__", None) is None and hasattr(fn, "__get__")
+    if unbound and isinstance(args[0], getattr(fn, "__objclass__", ())):
+        fn, args = fn.__get__(args[0]), args[1:]
+    return fn, args, kwargs
 
 
 def _idle(frame: FrameType) -> bool:
@@ -177,7 +200,7 @@ def waits(innermost: FrameType) -> bool:
     frame, where = _where(innermost)
     if _idle_at(frame, where):
         return True
-    call = _call_at(frame)
+    call = _call_of(innermost, frame)
     return call is not None and _blocked(call).waits
 
 
@@ -863,6 +886,15 @@ class ThreadWatch:
         frame, where = _where(innermost)
         call = _call_at(frame)
         blocked = _NOT_BLOCKED if call is None else _blocked(call)
+        if call is None and where not in _IDLE_FRAMES:
+            # Through blockbuster's wrapper (its frame is innermost): the
+            # call it wraps (a lock's acquire, a socket's recv, a sleep)
+            # reads as it does without the wrapper. The waits `_idle_at`
+            # knows (a condition's, a pool worker's on its queue) are told
+            # by it, as without the wrapper.
+            wrapped = _call_of(innermost, frame)
+            if wrapped is not None:
+                blocked = _blocked(wrapped)
         sleeps = blocked.sleeps
         if blocked.waits or (_idle_at(frame, where) and not _woken_at(frame, where)):
             settle = where == _ACCEPT or blocked.settle

@@ -56,6 +56,9 @@ LIBRARY: Final = frozenset({STDLIB, TIDELOOP, RUNNER})
 
 _TIDELOOP_DIR: Final = os.path.dirname(os.path.abspath(tideloop.__file__)) + os.sep
 _STDLIB_DIR: Final = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+#: The working directory when tideloop.testing was imported (a test suite's
+#: root, normally), which reports' paths are relative to.
+_CWD: Final = os.path.join(os.getcwd(), "")
 _RUNNERS: Final = ("_pytest", "pytest", "pluggy", "_hypothesis_pytestplugin", "xdist")
 _SITE_PARTS: Final = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
@@ -96,11 +99,11 @@ def short_path(filename: str) -> str:
             return filename[i + len(part) :]
     if filename.startswith(_STDLIB_DIR):
         return filename[len(_STDLIB_DIR) :]
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
+    # Lexically, against the directory at import: this runs on the loop's
+    # thread, where os.path.relpath's getcwd() is a call blockbuster fails.
+    if filename.startswith(_CWD):
+        return filename[len(_CWD) :]
+    return filename
 
 
 def source_line(filename: str, lineno: int) -> str:
