@@ -498,7 +498,10 @@ def _blocked(call: _Call) -> _Blocked:
     if isinstance(owner, _LOCK_TYPES) and name in ("acquire", "__enter__"):
         untimed = not kwargs and args in ((), (True,), (True, -1))
         untimed = untimed or (not args and kwargs in ({"blocking": True}, {"timeout": -1}))
-        return _Blocked(waits=untimed and _held(owner))
+        # settle: from 3.13 a released lock is handed to its waiter at
+        # once, which then still shows this call, the lock held, until it
+        # has the GIL: look again after a pause, in which it would run.
+        return _Blocked(waits=untimed and _held(owner), settle=True)
     if isinstance(owner, queue.SimpleQueue) and name == "get":
         untimed = args in ((), (True,), (True, None)) and not kwargs
         untimed = untimed or (not args and kwargs in ({"block": True}, {"timeout": None}))
@@ -886,7 +889,7 @@ class ThreadWatch:
         frame, where = _where(innermost)
         call = _call_at(frame)
         blocked = _NOT_BLOCKED if call is None else _blocked(call)
-        if call is None and where not in _IDLE_FRAMES:
+        if _is_blockbuster(innermost.f_code) and where not in _IDLE_FRAMES:
             # Through blockbuster's wrapper (its frame is innermost): the
             # call it wraps (a lock's acquire, a socket's recv, a sleep)
             # reads as it does without the wrapper. The waits `_idle_at`
