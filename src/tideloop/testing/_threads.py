@@ -910,6 +910,12 @@ class ThreadWatch:
             if not ran and not (traceless and _runnable(ident)):
                 spells.pop(ident, None)
                 let_go.pop(ident, None)
+                if traceless and last is None:
+                    # First seen in this wait: it may have been woken (a pool
+                    # worker handed its job, or the shutdown's sentinel) and
+                    # wait for the GIL, which leaves no trace: look again
+                    # after a pause, once per wait.
+                    return "settle"
                 return "settle" if settle else "idle"
             # It ran since it was last seen waiting (woken, and now maybe
             # waiting for the GIL), or the kernel is about to run it: busy.
