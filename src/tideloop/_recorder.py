@@ -173,6 +173,7 @@ import collections
 import contextlib
 import contextvars
 import functools
+import inspect
 import itertools
 import os
 import socket
@@ -1137,7 +1138,9 @@ class _Tap:
                 not tap.full
                 or kwargs
                 or not callable(func)
-                or asyncio.iscoroutinefunction(func)
+                # (inspect's: asyncio's warns from 3.14; the old marker too)
+                or inspect.iscoroutinefunction(func)
+                or hasattr(func, "_is_coroutine")
                 or asyncio.iscoroutine(func)
                 # Only a thread runs the job inside our callable: another
                 # executor may need to pickle the function (a process pool).
