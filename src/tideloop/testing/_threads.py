@@ -299,6 +299,13 @@ def _call_at(frame: FrameType) -> _Call | None:
     holds the call. Anything else (a computed receiver, a starred call) is
     None.
     """
+    if frame.f_code is _WORKER_CONTEXT_RUN:
+        # 3.14+: the job's call is made here, from the task's parts.
+        local = frame.f_locals
+        fn, args, kwargs = local.get("fn"), local.get("args"), local.get("kwargs")
+        if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            return None
+        return fn, args, kwargs
     if frame.f_code is _WORK_ITEM_RUN:
         item = frame.f_locals.get("self")
         args, kwargs = getattr(item, "args", None), getattr(item, "kwargs", None)
@@ -604,6 +611,12 @@ def _work_item(frame: FrameType) -> Any:
 
 #: ``_WorkItem.run``: where a thread pool's worker calls a job's function.
 _WORK_ITEM_RUN: Final = concurrent.futures.thread._WorkItem.run.__code__
+#: 3.14+: a thread pool's worker runs a job's function in this method.
+_WORKER_CONTEXT_RUN: Final = getattr(
+    getattr(getattr(concurrent.futures.thread, "WorkerContext", None), "run", None),
+    "__code__",
+    None,
+)
 
 
 def _cpu_time(ident: int) -> float | None:
