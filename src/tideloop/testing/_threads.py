@@ -900,17 +900,11 @@ class ThreadWatch:
         spells = self._busy
         let_go = self._let_go
         frame, where = _where(innermost)
-        call = _call_at(frame)
+        # Through blockbuster's wrapper the call it wraps reads as without
+        # it (`_call_of`); the waits `_idle_at` knows (a condition's, a pool
+        # worker's on its queue) are told by it, as without the wrapper.
+        call = _call_at(frame) if where in _IDLE_FRAMES else _call_of(innermost, frame)
         blocked = _NOT_BLOCKED if call is None else _blocked(call)
-        if _is_blockbuster(innermost.f_code) and where not in _IDLE_FRAMES:
-            # Through blockbuster's wrapper (its frame is innermost): the
-            # call it wraps (a lock's acquire, a socket's recv, a sleep)
-            # reads as it does without the wrapper. The waits `_idle_at`
-            # knows (a condition's, a pool worker's on its queue) are told
-            # by it, as without the wrapper.
-            wrapped = _call_of(innermost, frame)
-            if wrapped is not None:
-                blocked = _blocked(wrapped)
         sleeps = blocked.sleeps
         if blocked.waits or (_idle_at(frame, where) and not _woken_at(frame, where)):
             settle = where == _ACCEPT or blocked.settle
