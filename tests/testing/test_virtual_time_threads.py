@@ -29,7 +29,14 @@ import pytest
 
 from tideloop import testing
 from tideloop.testing import VirtualTimeWarning
-from tideloop.testing._threads import ThreadWatch, _blocked, _call_of, _where
+from tideloop.testing._threads import (
+    Baseline,
+    ThreadWatch,
+    _blocked,
+    _call_of,
+    _where,
+    runner_threads,
+)
 
 Main = Callable[[], Coroutine[Any, Any, object]]
 
@@ -424,15 +431,121 @@ def test_a_job_out_of_sight_holds_the_clock_then_is_let_go_of() -> None:
     assert seen[0] and not seen[-1]
 
 
+class _Runner:
+    """A thread that looks busy (it polls with short sleeps), as a test
+    runner's does: a loop made while it runs takes it into its baseline."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, name="runner")
+        self.thread.start()
+        self.ident = self.thread.ident
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            time.sleep(0.002)
+
+    def end(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        assert not self.thread.is_alive()
+
+
+def _compute(stop: threading.Event) -> None:
+    n = 0
+    while not stop.is_set():
+        n += 1
+
+
+def test_a_thread_given_an_ended_runner_threads_ident_is_watched(
+    threads: list[threading.Thread],
+) -> None:
+    """glibc hands an ended thread's ident to the next thread started: a
+    runner thread of the baseline that ends must not hide the program's
+    thread that takes its ident (virtual time would jump past its work)."""
+    runner = _Runner()
+    try:
+        baseline = runner_threads()
+        assert runner.ident in baseline
+    finally:
+        runner.end()
+    stop = threading.Event()
+    watch = ThreadWatch(baseline, grace=0.05, compute_grace=5.0)
+    worker = start(threads, lambda: _compute(stop))
+    try:
+        assert worker.ident == runner.ident  # glibc reused it: what this test is about
+        with warnings_as_errors():
+            assert all(watch_for(watch, 0.1))
+    finally:
+        stop.set()
+    assert worker.ident not in baseline
+
+
+def test_a_baseline_forgets_ended_threads_and_keeps_live_ones() -> None:
+    runner = _Runner()
+    try:
+        baseline = runner_threads()
+        assert runner.ident in baseline
+        baseline.refresh(sys._current_frames())
+        assert runner.ident in baseline  # alive, the same thread
+    finally:
+        runner.end()
+    baseline.refresh(sys._current_frames())
+    assert runner.ident not in baseline
+    assert threading.get_ident() not in Baseline()  # empty: nothing to refresh
+    Baseline().refresh(sys._current_frames())
+
+
+async def _outlive_the_runner(runner: _Runner, reused: list[bool]) -> str:
+    """End *runner*, then wait (30 s at most) for a thread that works 0.2 s
+    of real time before it completes a future."""
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(runner.end)
+    done: asyncio.Future[str] = loop.create_future()
+
+    def work() -> None:
+        deadline = time.perf_counter() + 0.2
+        while time.perf_counter() < deadline:
+            pass
+        loop.call_soon_threadsafe(done.set_result, "done")
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    reused.append(worker.ident == runner.ident)
+    try:
+        return await asyncio.wait_for(done, 30)
+    finally:
+        await asyncio.to_thread(worker.join)
+
+
+def test_virtual_time_waits_for_a_thread_that_took_a_runner_threads_ident() -> None:
+    """Through a whole run: a runner thread (busy when the loop is made)
+    ends during the program, whose next thread takes its ident (CI saw
+    this as an executor's shutdown "timing out" at once)."""
+    runner, reused = _Runner(), list[bool]()
+    try:
+        assert asyncio.run(_outlive_the_runner(runner, reused)) == "done"
+    finally:
+        runner.end()
+    runner, reused = _Runner(), list[bool]()
+    try:
+        with warnings_as_errors():
+            result = testing.run(_outlive_the_runner(runner, reused), virtual_time=True)
+    finally:
+        runner.end()
+    assert reused == [True]  # glibc gave the worker the runner's ident
+    assert result == "done"
+
+
 def threading_idents() -> set[int]:
     return {t.ident for t in threading.enumerate() if t.ident is not None}
 
 
-def others() -> set[int]:
+def others() -> Baseline:
     """Every thread alive now: a watch of the test's own threads leaves them
     out (pytest-xdist's execnet thread reads its channel in a call the watch
     cannot read: computed arguments)."""
-    return set(sys._current_frames())
+    return Baseline(sys._current_frames())
 
 
 def test_the_call_a_blocked_thread_makes_is_read_off_its_frame(

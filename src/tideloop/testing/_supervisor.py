@@ -28,6 +28,7 @@ follows, cancelling the tasks, may block as it likes).
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 
 from tideloop._core.interfaces import LoopView
@@ -67,6 +68,7 @@ class VirtualTimeWatch:
         if self._reported or view is None:
             return
         network = self._network
+        self._baseline.refresh(sys._current_frames())
         try:
             _deadlock.check(view, self._baseline, None if network is None else network.is_simulated)
         except _deadlock.Deadlock:

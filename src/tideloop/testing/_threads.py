@@ -71,7 +71,9 @@ Facts / what this means for us:
   worker waiting on a queue) is, and so is a baseline thread from the
   moment it calls ``call_soon_threadsafe`` on the loop (`track_producers`
   wraps the loop's admission of thread handles and takes it out of the
-  baseline: it is a producer of this loop's work).
+  baseline: it is a producer of this loop's work). A runner thread that
+  ends leaves the baseline (`Baseline.refresh`): glibc hands its ident to
+  the next thread started, which may be the program's.
 
 Invariant: the watch only ever delays a jump; it never moves time.
 """
@@ -98,7 +100,6 @@ import time
 import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from collections.abc import Set as AbstractSet
 from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
 from types import CodeType, FrameType
 from typing import Any, Final, NamedTuple
@@ -112,6 +113,7 @@ __all__ = [
     "COMPUTE_GRACE",
     "COMPUTING",
     "GRACE",
+    "Baseline",
     "ThreadWatch",
     "VirtualTimeWarning",
     "runner_threads",
@@ -745,7 +747,63 @@ def _pause() -> None:
     select.poll().poll(SETTLE * 1000)
 
 
-def runner_threads() -> set[int]:
+class Baseline(set[int]):
+    """A loop's baseline: the idents of the threads taken for a test runner's.
+
+    A thread's ident is the address of its descriptor, which glibc hands to
+    the next thread started once it has ended (at once: a thread started
+    just after another was joined has its ident). A runner thread that
+    ends while the loop runs (a previous test's worker, busy when the loop
+    was made) would leave its ident to a thread of the program's, which
+    the watch would then not see: virtual time would jump past its work
+    (an executor's shutdown, joined with a 300 s timeout, "timed out" at
+    once). So each member is also known by its ``threading.Thread`` object
+    where it has one, and `refresh` forgets the idents whose thread ended
+    or changed.
+
+    Invariant: a member is a thread that was busy when the loop was made
+    and is still alive; it only ever shrinks (`refresh`, and `discard`
+    when a runner thread turns out to be a producer of the loop's work).
+    """
+
+    __slots__ = ("_threads",)
+
+    def __init__(self, idents: Iterable[int] = ()) -> None:
+        super().__init__(idents)
+        by_ident = {t.ident: t for t in threading.enumerate()}
+        #: ident -> its Thread object when it was taken (None: a thread
+        #: threading does not know, started with ``_thread``, as execnet's)
+        self._threads: dict[int, threading.Thread | None] = {i: by_ident.get(i) for i in self}
+
+    def refresh(self, frames: Mapping[int, object]) -> None:
+        """Forget the members that ended, or whose ident a new thread took.
+
+        *frames*: ``sys._current_frames()``, read just before. A thread
+        threading knows is the same only while threading still lists its
+        Thread object under its ident (it is taken off just before its
+        last frames end: then it is about to be gone, and watching it does
+        no harm). One threading did not know stays while it has a frame,
+        unless a ``threading.Thread`` of its own now has the ident (a
+        ``_thread`` thread can only ever show up as a dummy one).
+        """
+        if not self:
+            return
+        now = {t.ident: t for t in threading.enumerate()}
+        taken = self._threads
+        for ident in list(self):
+            then, thread = taken.get(ident), now.get(ident)
+            if then is not None:
+                same = thread is then
+            elif thread is None:
+                same = ident in frames
+            else:
+                same = isinstance(thread, threading._DummyThread)
+            if not same:
+                self.discard(ident)
+                taken.pop(ident, None)
+
+
+def runner_threads() -> Baseline:
     """The threads alive now that do not look idle: a loop's baseline.
 
     Taken when a loop is made. Threads started with ``_thread.start_new_thread``
@@ -756,7 +814,7 @@ def runner_threads() -> set[int]:
     frames = sys._current_frames()
     idents = {t.ident for t in threading.enumerate() if t.ident is not None}
     idents.update(frames)
-    return {i for i in idents if i not in frames or not _idle(frames[i])}
+    return Baseline(i for i in idents if i not in frames or not _idle(frames[i]))
 
 
 def track_producers(
@@ -824,7 +882,7 @@ class ThreadWatch:
 
     def __init__(
         self,
-        baseline: AbstractSet[int],
+        baseline: Baseline,
         *,
         grace: float = GRACE,
         compute_grace: float = COMPUTE_GRACE,
@@ -863,6 +921,9 @@ class ThreadWatch:
         # (No cheaper pre-check: threading's count misses threads started
         # with _thread, which the baseline has; this runs once per jump.)
         baseline = self._baseline
+        # A runner thread that ended may have left its ident to the
+        # program's (`Baseline`).
+        baseline.refresh(sys._current_frames())
         me = threading.get_ident()
         now = _real_clock()
         # Every thread's frame and CPU time first, with the GIL held
