@@ -84,14 +84,16 @@ def test_a_strategy_out_of_range_is_refused() -> None:
 
 
 def test_every_strategy_of_a_search_is_one_entry_of_the_registry() -> None:
-    assert STRATEGIES.names == ("random", "pct", "systematic")
+    assert STRATEGIES.names == ("random", "pct", "systematic", "coverage")
     assert STRATEGIES.seeded_names() == ("random", "pct")
     for name in STRATEGIES.names:
         recipe = STRATEGIES.get(name)
-        assert isinstance(recipe.search(Options()).next(7, None), recipe.cls), name
+        search = recipe.search(Options())
+        assert isinstance(search.next(7, None), recipe.cls), name
+        search.close()  # coverage measures from its first schedule on: stopped
         assert name in STRATEGIES.described()
     with pytest.raises(
-        ValueError, match="strategy must be one of random, pct, systematic, not 'x'"
+        ValueError, match="strategy must be one of random, pct, systematic, coverage, not 'x'"
     ):
         testing.explore(_echo_once, strategy="x")
     with pytest.raises(ValueError, match="one of make"):

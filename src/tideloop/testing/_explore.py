@@ -11,7 +11,8 @@ On top of that:
   kept up to date), or ``"systematic"`` (every schedule with at most
   *bound* deviations, fewest first, each deviation a point of the run it
   deviates from; it says *exhausted* only when it ran them all and no run
-  met more points than a log keeps). Each strategy's recipe is its entry in
+  met more points than a log keeps), or ``"coverage"`` (feedback-directed:
+  ``_coverage``). Each strategy's recipe is its entry in
   ``_search.STRATEGIES``, which the plugin and the command line use too;
 - `shrink` reduces a failing run's deviations to a 1-minimal list that still
   fails (delta debugging: no single deviation of it can be dropped), then
@@ -740,8 +741,10 @@ def explore(
 
     *strategy*: ``"random"`` (seeds *seed*, *seed* + 1, ...), ``"pct"``
     (that many PCT schedules of *depth* change points, seeded the same way)
-    or ``"systematic"`` (every schedule with at most *bound* deviations, in
-    order of their number, up to *schedules* of them). A failure is shrunk
+    ``"systematic"`` (every schedule with at most *bound* deviations, in
+    order of their number, up to *schedules* of them) or ``"coverage"``
+    (mutations of the schedules that reached new code, orderings or
+    ``sometimes()`` sites; its choices seeded by *seed*). A failure is shrunk
     (unless *shrink_failure* is false) and returned as a `Tape`. A run
     longer than *timeout* seconds of loop time fails (`RunTimeout`).
     *wakeups* turns on the opt-in variation of how many iterations a task's
@@ -774,7 +777,7 @@ def explore(
     failing: DecisionLog | None = None
     failure: BaseException | None = None
     found_by = ""
-    search = recipe.search(Options(depth=depth, bound=bound))
+    search = recipe.search(Options(depth=depth, bound=bound, seed=seed))
     last: DecisionLog | None = None
     first = search.first()
     if first is not None:
@@ -785,25 +788,28 @@ def explore(
         if exc is not None:
             failing, failure, found_by = last, exc, "the unperturbed schedule"
     i = 0
-    while failing is None and result.schedules < schedules:
-        chosen = search.next(seed + i, last)
-        if chosen is None:
-            result.exhausted = search.exhausted
-            break
-        i += 1
-        run_seed = seed + i
-        last, exc = attempt(
-            scenario,
-            chosen,
-            virtual_time=virtual_time,
-            timeout=timeout,
-            network_seed=run_seed,
-            **mode,
-        )
-        result.schedules += 1
-        if exc is not None:
-            failing, failure, found_by = last, exc, chosen.describe()
-            failing_seed = run_seed
+    try:
+        while failing is None and result.schedules < schedules:
+            chosen = search.next(seed + i, last)
+            if chosen is None:
+                result.exhausted = search.exhausted
+                break
+            i += 1
+            run_seed = seed + i
+            last, exc = attempt(
+                scenario,
+                chosen,
+                virtual_time=virtual_time,
+                timeout=timeout,
+                network_seed=run_seed,
+                **mode,
+            )
+            result.schedules += 1
+            if exc is not None:
+                failing, failure, found_by = last, exc, chosen.describe()
+                failing_seed = run_seed
+    finally:
+        search.close()
     if failing is not None and failure is not None:
         original = len(failing.deviations)
         if shrink_failure:

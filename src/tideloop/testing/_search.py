@@ -21,7 +21,11 @@ texts the options offer, the error for a name it does not know, and the
 - an **enumerating** strategy walks a space (``enumerate(options)``: an
   `Enumeration`, whose ``next(last)`` makes the next schedule from the last
   run's log) until it runs out, and says in words what that space is
-  (``space(options)``) for the report that it was exhausted.
+  (``space(options)``) for the report that it was exhausted. An unbounded
+  one (``coverage``: ``_coverage.Coverage``, which learns from what each
+  run reached and mutates the schedules that reached something new) has
+  no space and never runs out; a search that ends early calls its
+  ``close`` (`Search.close`), if it has one.
 
 Shrinking and tapes are the same for every strategy (a failure is its
 deviations, replayed by ``ReplayStrategy``), so a recipe says nothing of
@@ -46,6 +50,8 @@ Invariants:
 - Every consumer of a strategy name goes through `STRATEGIES`: no code
   outside this module compares a strategy's name.
 - A recipe is seeded or enumerating, never both (`Recipe.__post_init__`).
+- Every driver of a `Search` closes it when it stops (`Search.close`), so
+  an enumeration that measures its runs never measures anything else.
 - A `Search` makes the same schedules as the recipe's parts make on their
   own: the same seed and what was learned (*length*, the last log) give the
   same strategy, in a process of its own too.
@@ -58,6 +64,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ._coverage import Coverage
 from ._strategy import (
     LOG_LIMIT,
     Decision,
@@ -78,6 +85,8 @@ class Options:
     depth: int = 2
     #: systematic: at most this many deviations per schedule.
     bound: int = 2
+    #: coverage: the seed of its mutations (a search's first seed).
+    seed: int = 0
 
 
 class Enumeration(Protocol):
@@ -109,7 +118,8 @@ class Recipe:
     by_seed: bool = False
     #: Enumerating: the space, walked from the unperturbed schedule.
     enumerate: Callable[[Options], Enumeration] | None = None
-    #: Enumerating: the space in words ("every schedule with at most 2 deviation(s)").
+    #: Enumerating: the space in words ("every schedule with at most 2
+    #: deviation(s)"); None for an unbounded one (coverage), never exhausted.
     space: Callable[[Options], str] | None = None
     #: The `Options` fields its schedules read ("depth", "bound"): a search
     #: given another one refuses it (`Registry.unused`), rather than ignore it.
@@ -118,8 +128,6 @@ class Recipe:
     def __post_init__(self) -> None:
         if (self.make is None) == (self.enumerate is None):
             raise ValueError(f"strategy {self.name!r}: give one of make (seeded) and enumerate")
-        if self.enumerate is not None and self.space is None:
-            raise ValueError(f"strategy {self.name!r}: an enumerating strategy says its space")
 
     @property
     def seeded(self) -> bool:
@@ -161,6 +169,13 @@ class Search:
 
     def first(self) -> Strategy | None:
         return self.recipe.first()
+
+    def close(self) -> None:
+        """The search ended (a failure, its budget): an enumeration that
+        measures its runs (coverage) stops measuring."""
+        close = getattr(self._enumeration, "close", None)
+        if close is not None:
+            close()
 
     def next(self, seed: int, last: DecisionLog | None) -> Strategy | None:
         """The next schedule's strategy: seed *seed*'s, after the run whose log is
@@ -297,5 +312,11 @@ STRATEGIES: Final = Registry(
         enumerate=lambda options: Systematic(options.bound),
         space=lambda options: f"every schedule with at most {options.bound} deviation(s)",
         uses=frozenset({"bound"}),
+    ),
+    Recipe(
+        "coverage",
+        ReplayStrategy,
+        "mutates the schedules that reached new code, orderings or sometimes() sites, rarest first",
+        enumerate=lambda options: Coverage(options.seed),
     ),
 )
