@@ -7,7 +7,10 @@ it again (races whose input includes real thread timing replay most of
 the time, not always). ``tests/testing/test_perturbation.py`` checks both,
 and ``tests/testing/test_races_planted.py`` that every race and `CONTROL` (a
 similar program done right, which must pass under every schedule) pass on
-the stdlib loop and the unperturbed one. Run this module from the repository
+the stdlib loop and the unperturbed one. `DEEP` races need two or three
+specific deviations late in a long run (what blind search stops finding;
+``bench/search.py`` measures every strategy on them), with `DEEP_CONTROL`
+their program done right. Run this module from the repository
 root to print the numbers the issue asks for (seeds to find, over several
 base seeds, and the negative check):
 
@@ -671,6 +674,128 @@ async def correct_control() -> None:
     assert values == [b"va\n", b"vb\n"], values
 
 
+# ----------------------------------------------------------------------
+# Deep races: two or three specific deviations, late in a long run
+
+#: Heartbeat rounds, and rounds per epoch: a handover needs an epoch whose
+#: beats all came in order until its last round.
+ROUNDS = 60
+EPOCH = 20
+
+
+async def _lease_monitor(*, steps: int, right: bool) -> None:
+    """A lease monitor that hands a lease over at the end of a clean epoch.
+
+    Under virtual time. Each round, the holder's heartbeat and the
+    monitor's check fall due at the same instant (both armed by the round's
+    ticker, heartbeat first). A check that runs before the round's beat
+    finds it missing: in the middle of an epoch, or in an epoch that has
+    missed one already, the holder is only flagged (a flapping holder is
+    left to an operator); at the last round of an epoch that was clean
+    until then, the monitor starts a handover. The handover arms, for the
+    same instant half a round later, the holder's *reclaim* (its late beat
+    arriving) and the standby's *grant*, reclaim first. With *steps* = 2
+    the grant assumes the reclaim has run ("armed first, fires first"):
+    granted before it, both hold the lease. With *steps* = 3 the grant only
+    marks the standby granted and arms the primary's *fence* (which revokes
+    the grant) and the standby's *promote* for one more shared instant,
+    fence first: only a promote before the fence makes two holders.
+    *right*: the same program done right (the grant and the promote take
+    the lease from the primary, the fence takes it back, and a reclaim
+    after a grant yields): one holder whatever the order.
+    """
+    loop = asyncio.get_running_loop()
+    holders = {"primary"}
+    state = {"beat": -1, "dirty": False, "reclaimed": False, "granted": False}
+    finished = asyncio.Event()
+
+    def beat(r: int) -> None:
+        state["beat"] = r
+
+    def reclaim() -> None:
+        if right and "standby" in holders:
+            return  # granted already: the primary yields
+        state["reclaimed"] = True
+
+    def fence() -> None:
+        state["granted"] = False  # the primary's fencing token revokes the grant
+        if right and "standby" in holders:
+            holders.discard("standby")
+            holders.add("primary")
+
+    def promote() -> None:
+        if not state["granted"]:
+            return  # fenced: the standby stands down
+        if right:
+            holders.discard("primary")
+        holders.add("standby")
+
+    def grant() -> None:
+        if right:
+            if not state["reclaimed"]:
+                holders.discard("primary")
+                holders.add("standby")
+            return
+        if state["reclaimed"]:
+            return  # the primary came back in time
+        if steps == 2:
+            holders.add("standby")  # the primary is taken to have reclaimed already
+            return
+        state["granted"] = True  # promoted at the next instant, unless fenced first
+        when = loop.time() + 0.25
+        loop.call_at(when, fence)
+        loop.call_at(when, promote)
+
+    def check(r: int) -> None:
+        if r % EPOCH == 0:
+            state["dirty"] = False  # a new epoch
+        if state["beat"] == r:
+            return
+        if state["dirty"] or r % EPOCH != EPOCH - 1:
+            state["dirty"] = True  # flagged, left alone
+            return
+        state["reclaimed"] = False
+        when = loop.time() + 0.5
+        loop.call_at(when, reclaim)
+        loop.call_at(when, grant)
+
+    for r in range(ROUNDS):
+        when = loop.time() + 1
+        loop.call_at(when, beat, r)
+        loop.call_at(when, check, r)
+        await asyncio.sleep(1)
+    loop.call_later(1, finished.set)
+    await finished.wait()
+    assert len(holders) == 1, holders
+
+
+async def handover_after_a_clean_epoch() -> None:
+    """Two deviations, late: a beat missed at the end of a clean epoch, then the
+    standby's grant before the holder's reclaim (`_lease_monitor`, 2 steps).
+
+    Random search deviates about half of the 120 ties, so an epoch is
+    almost never clean; PCT must place both of its change points on the
+    right two of them; a systematic search meets the pair after thousands
+    of schedules.
+    """
+    await _lease_monitor(steps=2, right=False)
+
+
+async def handover_fenced_too_late() -> None:
+    """Three deviations, late: a beat missed at the end of a clean epoch, the
+    grant before the reclaim, then the promote before the fence
+    (`_lease_monitor`, 3 steps): beyond PCT of depth 2 and a systematic
+    search bounded at 2 deviations.
+    """
+    await _lease_monitor(steps=3, right=False)
+
+
+async def handover_done_right() -> None:
+    """The control of the deep races: the lease monitor done right (one holder
+    under every order of its ties)."""
+    await _lease_monitor(steps=3, right=True)
+
+
 @dataclass(frozen=True)
 class Planted:
     name: str
@@ -703,6 +828,17 @@ RACES += [
         (end_of_stream_overtakes_the_last_message, False, "queue consumer vs socket close"),
     ]
 ]
+
+#: Races that need two or three specific deviations late in a long run:
+#: blind search rarely meets them, a coverage search climbs to them (each
+#: deviation reaches code the run had not reached before).
+DEEP = [
+    Planted("handover_after_a_clean_epoch", handover_after_a_clean_epoch, True, "deep: 2 ties"),
+    Planted("handover_fenced_too_late", handover_fenced_too_late, True, "deep: 3 ties"),
+]
+
+#: The deep races' control: the same lease monitor done right.
+DEEP_CONTROL = Planted("handover_done_right", handover_done_right, True, "control (deep)")
 
 #: Races on a real thread's timing against a real timer: a loaded machine (a
 #: CI box running tests in parallel) delays a thread by milliseconds now and

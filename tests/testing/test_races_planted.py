@@ -4,7 +4,11 @@ A race in `races.RACES` must pass on the stdlib loop and on tideloop's
 unperturbed loop (its bug needs a schedule that only a perturbation, or a
 rare real delay, produces), and so must a latent one (`races.LATENT`: only
 the opt-in wake-up mode breaks it); `races.CONTROL`, a similar program done right,
-must in addition pass under every seed.
+must in addition pass under every seed. So must `races.DEEP_CONTROL`, the
+deep races' program done right (``races.DEEP``: two or three specific
+deviations late in a long run), under every strategy of the registry
+(``tests/testing/test_coverage.py`` checks that the coverage strategy
+finds the deep races).
 """
 
 from __future__ import annotations
@@ -13,8 +17,18 @@ import asyncio
 
 import pytest
 
-from scenarios.races import CONTROL, LATENT, RACES, REAL_THREAD_TIMING, Planted, fails
+from scenarios.races import (
+    CONTROL,
+    DEEP,
+    DEEP_CONTROL,
+    LATENT,
+    RACES,
+    REAL_THREAD_TIMING,
+    Planted,
+    fails,
+)
 from tideloop import testing
+from tideloop.testing._search import STRATEGIES
 
 STDLIB_RUNS = 20
 
@@ -48,7 +62,9 @@ def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
     assert failures <= allowed(planted)
 
 
-@pytest.mark.parametrize("planted", [*RACES, *LATENT, CONTROL], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "planted", [*RACES, *LATENT, CONTROL, *DEEP, DEEP_CONTROL], ids=lambda p: p.name
+)
 def test_passes_on_tideloop_unperturbed(planted: Planted) -> None:
     failures = sum(fails(planted, None) for _ in range(STDLIB_RUNS))
     assert failures <= allowed(planted)
@@ -62,3 +78,18 @@ def test_control_passes_under_every_seed() -> None:
         except AssertionError:
             failed.append(seed)
     assert failed == []
+
+
+def test_the_deep_control_passes_under_every_seed_and_strategy() -> None:
+    failed = []
+    for seed in range(50):
+        try:
+            testing.run(DEEP_CONTROL.race(), virtual_time=True, seed=seed)
+        except AssertionError:
+            failed.append(seed)
+    assert failed == []
+    for name in STRATEGIES.names:
+        result = testing.explore(
+            DEEP_CONTROL.race, strategy=name, schedules=150, virtual_time=True, describe=False
+        )
+        assert result.tape is None, (name, result.tape and result.tape.words())

@@ -15,7 +15,8 @@ What a `Probe` counts as a feature, for one run:
   test's modules). On CPython 3.12 and later with ``sys.monitoring`` (a
   tool id of its own, taken for the run and freed after it): each line
   reached and each branch taken (from, to); code out of scope is disabled
-  at its first event. On 3.11 and PyPy with ``sys.settrace``: each line
+  at its first call, and only the program's code objects get line and
+  branch events. On 3.11 and PyPy with ``sys.settrace``: each line
   transition (previous line, line) of a frame. A trace function already
   set (a debugger, coverage.py) is left alone: the run is then measured
   without code features;
@@ -179,7 +180,7 @@ _TOOL_IDS: Final = (4, 3, 2, 1, 0, 5)
 class Probe:
     """Measures one run's features (see the module docstring)."""
 
-    __slots__ = ("_last_step", "_mode", "_running", "_tool", "features", "networks")
+    __slots__ = ("_codes", "_last_step", "_mode", "_running", "_tool", "features", "networks")
 
     def __init__(self) -> None:
         self.features: set[int] = set()
@@ -188,6 +189,8 @@ class Probe:
         self._tool = -1
         self._running = False
         self._last_step = 0
+        #: The program's code objects given local events (sys.monitoring).
+        self._codes: set[CodeType] = set()
 
     @property
     def mode(self) -> str:
@@ -260,6 +263,14 @@ class Probe:
     # -- sys.monitoring (3.12+) --------------------------------------------
 
     def _start_monitoring(self, monitoring: Any) -> None:
+        # Facts: a callback that returns DISABLE is not called again at that
+        # location (for this tool) until restart_events(); local events are
+        # per code object. What this means for us: the only global event is
+        # PY_START, one location per code object, disabled at once outside
+        # the program; the program's code objects get LINE, BRANCH and
+        # PY_RESUME locally. A line is disabled once counted (a run's lines
+        # are a set), and restart_events() at each start counts it again in
+        # the next run (out of scope, that re-fires one PY_START per code).
         for tool in _TOOL_IDS:
             if monitoring.get_tool(tool) is None:
                 break
@@ -272,54 +283,56 @@ class Probe:
         disable = monitoring.DISABLE
         add = self.features.add
         bases = _BASES
+        codes = self._codes
+        branches = (
+            (events.BRANCH_LEFT, events.BRANCH_RIGHT)
+            if hasattr(events, "BRANCH_LEFT")
+            else (events.BRANCH,)
+        )
+        local = events.LINE | events.PY_RESUME
+        for event in branches:
+            local |= event
 
         def line(code: CodeType, line: int) -> Any:
-            base = bases.get(code)
-            if base is None:
-                base = _base(code)
-            if not base:
-                return disable
-            add(_mix(_LINE, base, line))
-            return None
+            add(_mix(_LINE, bases[code], line))
+            return disable
 
         def branch(code: CodeType, source: int, dest: int) -> Any:
-            base = bases.get(code)
-            if base is None:
-                base = _base(code)
-            if not base:
-                return disable
-            add(_mix(_BRANCH, base, source, dest))
-            return None
+            add(_mix(_BRANCH, bases[code], source, dest))
 
-        def resume(code: CodeType, offset: int) -> Any:
-            base = bases.get(code)
-            if base is None:
-                base = _base(code)
-            if not base:
-                return disable
+        def step(code: CodeType, offset: int) -> Any:
             if code.co_flags & _COROUTINE:
-                site = _mix(base, offset)
+                site = _mix(bases[code], offset)
                 add(_mix(_STEP, self._last_step, site))
                 self._last_step = site
+
+        def start(code: CodeType, offset: int) -> Any:
+            base = bases.get(code)
+            if base is None:
+                base = _base(code)
+            if not base:
+                return disable
+            if code not in codes:
+                codes.add(code)
+                monitoring.set_local_events(tool, code, local)
+            step(code, offset)
             return None
 
-        wanted = events.LINE | events.PY_START | events.PY_RESUME
+        monitoring.register_callback(tool, events.PY_START, start)
+        monitoring.register_callback(tool, events.PY_RESUME, step)
         monitoring.register_callback(tool, events.LINE, line)
-        monitoring.register_callback(tool, events.PY_START, resume)
-        monitoring.register_callback(tool, events.PY_RESUME, resume)
-        for name in (
-            ("BRANCH_LEFT", "BRANCH_RIGHT") if hasattr(events, "BRANCH_LEFT") else ("BRANCH",)
-        ):
-            monitoring.register_callback(tool, getattr(events, name), branch)
-            wanted |= getattr(events, name)
-        monitoring.set_events(tool, wanted)
-        # Locations disabled by an earlier run under this tool id: enabled again.
+        for event in branches:
+            monitoring.register_callback(tool, event, branch)
+        monitoring.set_events(tool, events.PY_START)
         monitoring.restart_events()
 
     def _stop_monitoring(self) -> None:
         monitoring: Any = getattr(sys, "monitoring")  # noqa: B009 (3.12+: typeshed for 3.11 lacks it)
         tool = self._tool
         monitoring.set_events(tool, 0)
+        for code in self._codes:
+            monitoring.set_local_events(tool, code, 0)
+        self._codes.clear()
         events = monitoring.events
         for name in ("LINE", "PY_START", "PY_RESUME", "BRANCH", "BRANCH_LEFT", "BRANCH_RIGHT"):
             event = getattr(events, name, None)
@@ -344,8 +357,16 @@ class Probe:
 _KINDS: dict[str | int, int] = {}
 
 
+_POINT_KEYS: dict[Point, int] = {}
+
+
 def point_key(point: Point) -> int:
     """A decision point's stable number (the same in every process)."""
+    known = _POINT_KEYS.get(point)
+    if known is not None:
+        return known
+    if len(_POINT_KEYS) > 100_000:
+        _POINT_KEYS.clear()
     h = 0
     for part in point:
         if isinstance(part, str):
@@ -355,6 +376,7 @@ def point_key(point: Point) -> int:
         else:
             value = part
         h = _mix(h, value)
+    _POINT_KEYS[point] = h
     return h
 
 
