@@ -97,21 +97,21 @@ def test_sometimes_sites_and_network_messages_are_features() -> None:
 def test_the_corpus_keeps_what_is_new_and_favours_the_rare() -> None:
     search = Coverage(seed=3)
     assert search.propose() == {}  # the unperturbed schedule first
-    assert search.learn({}, None, {1, 2, 3})
-    assert not search.learn({("tie", 0, 1): 1}, None, {1, 2})  # nothing new
-    assert search.learn({("tie", 0, 2): 1}, None, {1, 4})  # 4 is new
+    assert search.learn({}, {1, 2, 3})
+    assert not search.learn({("tie", 0, 1): 1}, {1, 2})  # nothing new
+    assert search.learn({("tie", 0, 2): 1}, {1, 4})  # 4 is new
     assert [e.new for e in search.corpus] == [frozenset({1, 2, 3}), frozenset({4})]
     for _ in range(5):
-        search.learn({("tie", 0, 3): 1}, None, {1, 2, 3})
+        search.learn({("tie", 0, 3): 1}, {1, 2, 3})
     common, rare = search.corpus
     assert search.energy(rare) > search.energy(common)
     # The same seed and the same runs make the same schedules.
     twin = Coverage(seed=3)
-    twin.learn({}, None, {1, 2, 3})
-    twin.learn({("tie", 0, 1): 1}, None, {1, 2})
-    twin.learn({("tie", 0, 2): 1}, None, {1, 4})
+    twin.learn({}, {1, 2, 3})
+    twin.learn({("tie", 0, 1): 1}, {1, 2})
+    twin.learn({("tie", 0, 2): 1}, {1, 4})
     for _ in range(5):
-        twin.learn({("tie", 0, 3): 1}, None, {1, 2, 3})
+        twin.learn({("tie", 0, 3): 1}, {1, 2, 3})
     assert [twin.propose() for _ in range(5)] == [search.propose() for _ in range(5)]
     # It round-trips through the state file's form.
     loaded = Coverage(seed=3)

@@ -441,7 +441,11 @@ class Coverage:
             features = self._probe.stop(last)
             self._probe = None
             if self._pending is not None:
-                self.learn(self._pending, last, features)
+                if last is None:
+                    self.learn(self._pending, features)
+                else:
+                    applied = {p: d.value for p, d in last.deviations.items()}
+                    self.learn(applied, features, [(d.point, d.n) for d in last.decisions])
         devs = self.propose()
         self._pending = devs
         strategy = ReplayStrategy(
@@ -461,9 +465,14 @@ class Coverage:
     # -- learning --------------------------------------------------------
 
     def learn(
-        self, deviations: dict[Point, int], log: DecisionLog | None, features: Iterable[int]
+        self,
+        deviations: dict[Point, int],
+        features: Iterable[int],
+        points: list[tuple[Point, int]] | None = None,
     ) -> bool:
-        """Count a run of *deviations*; keep it if it reached something new."""
+        """Count a run of *deviations* (those its run met) that reached
+        *features* and met *points* (in order, with their number of values);
+        keep it if it reached something new."""
         self.runs += 1
         hits = self.hits
         new = []
@@ -474,21 +483,16 @@ class Coverage:
                 hits[f] = 1
             else:
                 hits[f] = seen + 1
-        points: list[tuple[Point, int]] = []
         fresh: list[int] = []
-        applied = deviations
-        if log is not None:
-            applied = {p: d.value for p, d in log.deviations.items()}
-            for i, d in enumerate(log.decisions):
-                points.append((d.point, d.n))
-                key = point_key(d.point)
-                if key not in self.met:
-                    self.met.add(key)
-                    if self.runs > 1:
-                        fresh.append(i)
+        for i, (point, _) in enumerate(points or ()):
+            key = point_key(point)
+            if key not in self.met:
+                self.met.add(key)
+                if self.runs > 1:
+                    fresh.append(i)
         if not new and self.corpus:
             return False
-        self.corpus.append(Entry(dict(applied), frozenset(new), points, fresh))
+        self.corpus.append(Entry(dict(deviations), frozenset(new), list(points or ()), fresh))
         return True
 
     def energy(self, entry: Entry) -> float:

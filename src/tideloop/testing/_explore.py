@@ -41,6 +41,7 @@ network).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import importlib
 import inspect
@@ -550,6 +551,13 @@ class Exploration:
     tape: Tape | None = None
     seconds: float = 0.0
     shrink_runs: int = 0
+    #: Over an executor with a state file: schedules run before this run.
+    resumed: int = 0
+    #: Over an executor: the seconds its workers spent running schedules.
+    worker_seconds: float = 0.0
+    #: A worker's failure that passed when run again here (real timing in
+    #: its input): what it raised there; not shrunk, no tape.
+    unreproduced: str = ""
 
     @property
     def found(self) -> bool:
@@ -736,6 +744,12 @@ def explore(
     describe: bool = True,
     network: bool | Mapping[str, Any] | None = None,
     livelock_after: float | None = None,
+    executor: concurrent.futures.Executor | None = None,
+    jobs: int = 1,
+    state: str | Path | None = None,
+    shard: tuple[int, int] | None = None,
+    spec: str | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Exploration:
     """Run *scenario* under up to *schedules* schedules; stop at the first failure.
 
@@ -758,6 +772,18 @@ def explore(
     (*seed*, *seed* + 1, ...; virtual time then), recorded in the tape.
     *livelock_after*: fail a run that livelocks (`Livelock`) for that many
     seconds of loop time.
+
+    Over many processes or machines (``_scale``; a seeded or learning
+    strategy): *executor*, any ``concurrent.futures.Executor`` (a Dask
+    cluster's ``client.get_executor()``; the caller shuts it down), or
+    *jobs* > 1 for a local process pool of that many (with an executor,
+    *jobs* says how many workers it has). The scenario travels to the
+    workers pickled (a module-level function), or as *spec*,
+    ``MODULE:FUNCTION``, which they import. *state*: a file that records
+    the search (seeds passed, the corpus, failures), resumed from when it
+    exists. *shard*: (K, N), the K-th of N shares of the schedules (a CI
+    matrix). *say*: where to say what such a search does. The first
+    failure is run again here, shrunk and made a tape as above.
     """
     recipe = STRATEGIES.get(strategy)
     if schedules < 1:
@@ -779,7 +805,8 @@ def explore(
     found_by = ""
     search = recipe.search(Options(depth=depth, bound=bound, seed=seed))
     last: DecisionLog | None = None
-    first = search.first()
+    parallel = executor is not None or jobs > 1 or state is not None or shard is not None
+    first = None if parallel else search.first()
     if first is not None:
         last, exc = attempt(
             scenario, first, virtual_time=virtual_time, timeout=timeout, network_seed=seed, **mode
@@ -788,8 +815,55 @@ def explore(
         if exc is not None:
             failing, failure, found_by = last, exc, "the unperturbed schedule"
     i = 0
+    if parallel:
+        from ._scale import search as search_over  # it runs `attempt`: imported late
+
+        net_seed = scenario.seed if isinstance(scenario, NetworkScenario) else seed
+        searched = search_over(
+            spec or scenario,
+            strategy=strategy,
+            schedules=schedules,
+            seed=seed,
+            options=Options(depth=depth, bound=bound, seed=seed),
+            virtual_time=virtual_time,
+            timeout=timeout,
+            wakeups=wakeups,
+            network=options,
+            network_seed=net_seed,
+            executor=executor,
+            jobs=jobs,
+            state=state,
+            shard=shard,
+            key={
+                "scenario": spec or name or getattr(scenario, "__qualname__", repr(scenario)),
+                "depth": depth,
+                "bound": bound,
+                "virtual_time": virtual_time,
+                "wakeups": wakeups,
+                "network_seed": net_seed,
+            },
+            say=say,
+        )
+        result.schedules, result.resumed = searched.schedules, searched.resumed
+        result.worker_seconds = searched.worker_seconds
+        found = searched.found
+        if found is not None:
+            # Again here: the log to shrink, and the exception.
+            last, exc = attempt(
+                scenario,
+                found.strategy,
+                virtual_time=virtual_time,
+                timeout=timeout,
+                network_seed=found.seed,
+                **mode,
+            )
+            if exc is None:
+                result.unreproduced = found.failure
+            else:
+                failing, failure, found_by = last, exc, found.strategy.describe()
+                failing_seed = found.seed
     try:
-        while failing is None and result.schedules < schedules:
+        while not parallel and failing is None and result.schedules < schedules:
             chosen = search.next(seed + i, last)
             if chosen is None:
                 result.exhausted = search.exhausted
@@ -857,10 +931,7 @@ def explore(
 
 
 # ----------------------------------------------------------------------
-# Worker processes (``python -m tideloop.testing explore -j``)
-
-#: Seeds a worker runs between two reports to the parent (and state saves).
-BATCH: Final = 20
+# Scenarios by name (the command line, and workers: ``_scale``)
 
 
 def load_scenario(spec: str) -> Scenario | NetworkScenario:
@@ -894,54 +965,6 @@ def load_scenario(spec: str) -> Scenario | NetworkScenario:
         )
     scenario: Scenario = target
     return scenario
-
-
-@dataclass
-class SeedJob:
-    """What a worker process runs: these seeds of this scenario, under a seeded
-    strategy (`Recipe.strategy`: its *options* and the *length* measured)."""
-
-    scenario: str
-    strategy: str
-    seeds: list[int]
-    options: Options
-    length: int
-    virtual_time: bool
-    timeout: float | None
-    wakeups: bool = False
-    #: A `NetworkScenario`'s network seed.
-    network_seed: int = 0
-
-
-def run_seeds(job: SeedJob, out: Any) -> None:
-    """A worker process's body: run the seeds, report batches, stop at a failure.
-
-    Messages on *out*: ``("passed", seeds)``, ``("failed", seed, text)``,
-    ``("finished",)``.
-    """
-    scenario = load_scenario(job.scenario)
-    if isinstance(scenario, NetworkScenario):
-        scenario.seed = job.network_seed
-    recipe = STRATEGIES.get(job.strategy)
-    done: list[int] = []
-    for seed in job.seeds:
-        _, exc = attempt(
-            scenario,
-            recipe.strategy(seed, job.options, job.length),
-            virtual_time=job.virtual_time,
-            timeout=job.timeout,
-            wakeups=job.wakeups,
-        )
-        if exc is not None:
-            out.put(("passed", done))
-            out.put(("failed", seed, _describe_failure(exc)))
-            return
-        done.append(seed)
-        if len(done) >= BATCH:
-            out.put(("passed", done))
-            done = []
-    out.put(("passed", done))
-    out.put(("finished",))
 
 
 def replay(scenario: Scenario | NetworkScenario, tape: Tape | str | Path) -> DecisionLog:

@@ -38,7 +38,8 @@ Adding a strategy is one class and one entry:
 2. a `Recipe` in `STRATEGIES` below: its name, the class, a few words for
    help texts, and ``make`` (seeded, with ``measure`` if it needs the
    decision count) or ``enumerate`` and ``space`` (enumerating), and
-   ``uses``, the `Options` fields it reads (the plugin and the command line
+   ``learns`` for an enumeration that is a `Learning` (it then runs over
+   an executor too), and ``uses``, the `Options` fields it reads (the plugin and the command line
    refuse one given to a strategy that ignores it). Options it needs beyond
    `Options` (*depth*, *bound*) are a field there, and an option of the
    plugin and of the command line.
@@ -60,9 +61,9 @@ Invariants:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from ._coverage import Coverage
 from ._strategy import (
@@ -101,6 +102,36 @@ class Enumeration(Protocol):
         ...
 
 
+class Learning(Enumeration, Protocol):
+    """An enumeration that can hand out many schedules before it learns from
+    their runs (``coverage``): a search over an executor (``_scale``) runs
+    them in other processes and feeds back what each reached."""
+
+    #: The schedules kept so far (empty: nothing to mutate yet).
+    corpus: list[Any]
+
+    def propose(self) -> dict[Point, int]:
+        """The next schedule's deviations, from what it has learned so far."""
+        ...
+
+    def learn(
+        self,
+        deviations: dict[Point, int],
+        features: Iterable[int],
+        points: list[tuple[Point, int]] | None = None,
+    ) -> bool:
+        """A run of *deviations* reached *features*, meeting *points*."""
+        ...
+
+    def to_json(self) -> dict[str, Any]:
+        """What it learned, for a state file."""
+        ...
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        """Take up what a state file says it learned."""
+        ...
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A strategy a search can run: its name, class and recipe (see the module docstring)."""
@@ -121,6 +152,8 @@ class Recipe:
     #: Enumerating: the space in words ("every schedule with at most 2
     #: deviation(s)"); None for an unbounded one (coverage), never exhausted.
     space: Callable[[Options], str] | None = None
+    #: Enumerating: its enumeration is a `Learning` (runs over an executor).
+    learns: bool = False
     #: The `Options` fields its schedules read ("depth", "bound"): a search
     #: given another one refuses it (`Registry.unused`), rather than ignore it.
     uses: frozenset[str] = frozenset()
@@ -265,6 +298,20 @@ class Registry:
         """The strategies whose searches split over processes by seed."""
         return tuple(name for name, recipe in self._by_name.items() if recipe.seeded)
 
+    def parallel_names(self) -> tuple[str, ...]:
+        """The strategies a search runs over processes (seeded, or learning)."""
+        return tuple(
+            name for name, recipe in self._by_name.items() if recipe.seeded or recipe.learns
+        )
+
+    def learning(self, name: str, options: Options) -> Learning:
+        """Strategy *name*'s enumeration, to run over an executor."""
+        recipe = self.get(name)
+        assert recipe.enumerate is not None and recipe.learns, f"{name} does not learn"
+        enumeration: Any = recipe.enumerate(options)
+        learning: Learning = enumeration
+        return learning
+
     def get(self, name: str) -> Recipe:
         """The strategy named *name*; ValueError naming the known ones if none is."""
         recipe = self._by_name.get(name)
@@ -318,5 +365,6 @@ STRATEGIES: Final = Registry(
         ReplayStrategy,
         "mutates the schedules that reached new code, orderings or sometimes() sites, rarest first",
         enumerate=lambda options: Coverage(options.seed),
+        learns=True,
     ),
 )
