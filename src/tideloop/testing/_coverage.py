@@ -508,8 +508,9 @@ class Coverage:
             return {}
         rng = self._rng
         candidate: dict[Point, int] = {}
+        weights = [self.energy(e) for e in self.corpus]
         for _ in range(20):
-            parent = rng.choices(self.corpus, [self.energy(e) for e in self.corpus])[0]
+            parent = rng.choices(self.corpus, weights)[0]
             parent.picked += 1
             candidate = dict(parent.deviations)
             for _ in range(1 + (rng.random() < 0.25) + (rng.random() < 0.1)):
