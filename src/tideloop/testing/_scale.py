@@ -43,6 +43,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ LEARNING_BATCH: Final = 8
 SAVE_EVERY: Final = 2.0
 
 Deviations = list[tuple[Point, int]]
+
+_MEASURING: Final = threading.Lock()
 
 
 @dataclass
@@ -123,13 +126,16 @@ def run_work(work: Work) -> Ran:
             break
         ran.passed.append(seed)
     for devs in work.schedules:
-        probe = Probe().start()
-        try:
-            log, exc = attempt(
-                scenario, ReplayStrategy(dict(devs)), network_seed=work.network_seed, **mode
-            )
-        finally:
-            features = probe.stop()
+        # One probe per process at a time: a worker with several threads
+        # (a Dask worker's) measures its runs one after another.
+        with _MEASURING:
+            probe = Probe().start()
+            try:
+                log, exc = attempt(
+                    scenario, ReplayStrategy(dict(devs)), network_seed=work.network_seed, **mode
+                )
+            finally:
+                features = probe.stop()
         ran.schedules += 1
         if exc is not None:
             ran.failed_deviations, ran.failure = devs, _describe_failure(exc)
@@ -348,7 +354,7 @@ def search(
                     handed += len(batch)
                 else:
                     assert learning is not None
-                    if not learning.corpus and (inflight or saved.schedules):
+                    if not learning.corpus and inflight:
                         break  # the unperturbed run first: nothing to mutate yet
                     size = min(LEARNING_BATCH, result.to_go - handed)
                     proposals = [learning.propose() for _ in range(size)]

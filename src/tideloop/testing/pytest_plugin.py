@@ -987,6 +987,7 @@ class _SeedRunner:
                     explored.slept += last.slept
                 if any(r.failed for r in reports):
                     explored.seconds = progress.elapsed
+                    schedules.close()  # the search ends: a coverage probe stops before shrinking
                     explored.failure = self._failed(
                         item,
                         seed=seed,
