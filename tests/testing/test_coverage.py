@@ -94,6 +94,34 @@ def test_sometimes_sites_and_network_messages_are_features() -> None:
     assert any(seen) and len({len(f) for f in seen}) > 1
 
 
+_FLAG: list[int] = []
+
+
+def _flag_set() -> bool:
+    return bool(_FLAG)
+
+
+def test_an_eventually_that_held_is_a_feature() -> None:
+    from tideloop.testing._coverage import _NOTE, _crc, _mix
+    from tideloop.testing._properties import _name
+
+    async def scenario(wait: bool) -> None:
+        _FLAG.clear()
+        asyncio.get_running_loop().call_later(0.01, _FLAG.append, 1)
+        if wait:
+            await testing.eventually(_flag_set, within=1.0)
+        await asyncio.sleep(0.02)
+
+    def features(wait: bool) -> frozenset[int]:
+        with Probe() as probe:
+            testing.run(scenario(wait), virtual_time=True)
+        return frozenset(probe.features)
+
+    held = _mix(_NOTE, _crc("eventually"), _crc(_name(_flag_set)))
+    assert held in features(True)
+    assert held not in features(False)
+
+
 def test_the_corpus_keeps_what_is_new_and_favours_the_rare() -> None:
     search = Coverage(seed=3)
     assert search.propose() == {}  # the unperturbed schedule first
