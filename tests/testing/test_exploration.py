@@ -199,7 +199,7 @@ def test_systematic_search_exhausts_a_correct_program() -> None:
 
 
 def test_the_control_never_fails() -> None:
-    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
+    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60), ("coverage", 60)):
         result = testing.explore(CONTROL.race, strategy=strategy, schedules=n)
         assert result.tape is None, result.tape and result.tape.words()
 
@@ -349,7 +349,7 @@ def test_latent_only_when_no_plain_schedule_fails() -> None:
 
 
 def test_the_control_never_fails_with_wakeups() -> None:
-    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
+    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60), ("coverage", 60)):
         result = testing.explore(CONTROL.race, strategy=strategy, schedules=n, wakeups=True)
         assert result.tape is None, result.tape and result.tape.words()
 
