@@ -183,12 +183,13 @@ class Probe:
     __slots__ = ("_codes", "_last_step", "_mode", "_running", "_tool", "features", "networks")
 
     def __init__(self) -> None:
-        self.features: set[int] = set()
+        #: The run's features (while it runs, some as tuples: see `stop`).
+        self.features: set[Any] = set()
         self.networks: list[Any] = []
         self._mode = ""
         self._tool = -1
         self._running = False
-        self._last_step = 0
+        self._last_step: tuple[int, int] = (0, 0)
         #: The program's code objects given local events (sys.monitoring).
         self._codes: set[CodeType] = set()
 
@@ -224,6 +225,8 @@ class Probe:
             elif self._mode == "monitoring":
                 self._stop_monitoring()
             self._networks_features()
+            # Measured as tuples (cheap in the callbacks); stable ints from here on.
+            self.features = {f if isinstance(f, int) else _mix(*f) for f in self.features}
         if log is not None:
             self.features.update(decision_features(log))
         return frozenset(self.features)
@@ -244,8 +247,8 @@ class Probe:
         if not base:
             return None
         if code.co_flags & _COROUTINE:
-            site = _mix(base, frame.f_lineno)
-            self.features.add(_mix(_STEP, self._last_step, site))
+            site = (base, frame.f_lineno)
+            self.features.add((_STEP, *self._last_step, *site))
             self._last_step = site
         add = self.features.add
         prev = frame.f_lineno
@@ -254,7 +257,7 @@ class Probe:
             nonlocal prev
             if event == "line":
                 line = frame.f_lineno
-                add(_mix(_LINE, base, prev, line))
+                add((_LINE, base, prev, line))
                 prev = line
             return local
 
@@ -294,16 +297,16 @@ class Probe:
             local |= event
 
         def line(code: CodeType, line: int) -> Any:
-            add(_mix(_LINE, bases[code], line))
+            add((_LINE, bases[code], line))
             return disable
 
         def branch(code: CodeType, source: int, dest: int) -> Any:
-            add(_mix(_BRANCH, bases[code], source, dest))
+            add((_BRANCH, bases[code], source, dest))
 
         def step(code: CodeType, offset: int) -> Any:
             if code.co_flags & _COROUTINE:
-                site = _mix(bases[code], offset)
-                add(_mix(_STEP, self._last_step, site))
+                site = (bases[code], offset)
+                add((_STEP, *self._last_step, *site))
                 self._last_step = site
 
         def start(code: CodeType, offset: int) -> Any:
