@@ -8,7 +8,7 @@ seeds (0, 1000, 2000, ...) with a budget of ``--budget`` schedules, and the
 table gives the schedules to the first failure (median and worst, or how
 many bases found it) and the wall time. Shrinking and the recorded replay
 are off: only the search is timed. The controls (``races.CONTROL``,
-``races.DEEP_CONTROL``) run ``--control`` schedules under every strategy
+``races.DEEP_CONTROLS``) run ``--control`` schedules under every strategy
 and must never fail.
 
 The cost of feedback: schedules per second of the coverage strategy
@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from scenarios.races import CONTROL, DEEP, DEEP_CONTROL, RACES, Planted
+from scenarios.races import CONTROL, DEEP, DEEP_CONTROLS, RACES, Planted
 from tideloop import testing
 from tideloop.testing._search import STRATEGIES
 
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
             )
     print()
     false_alarms = {}
-    for control in (CONTROL, DEEP_CONTROL):
+    for control in (CONTROL, *DEEP_CONTROLS):
         for name in STRATEGIES.names:
             result = testing.explore(
                 control.race,
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
     print("| scenario | random (schedules/s) | coverage (schedules/s) | overhead |")
     print("|---|---|---|---|")
     rates = {}
-    for control in (CONTROL, DEEP_CONTROL):
+    for control in (CONTROL, *DEEP_CONTROLS):
         plain = rate(control, "random", args.rate)
         fed = rate(control, "coverage", args.rate)
         rates[control.name] = {"random": plain, "coverage": fed}

@@ -9,8 +9,8 @@ and ``tests/testing/test_races_planted.py`` that every race and `CONTROL` (a
 similar program done right, which must pass under every schedule) pass on
 the stdlib loop and the unperturbed one. `DEEP` races need two or three
 specific deviations late in a long run (what blind search stops finding;
-``bench/search.py`` measures every strategy on them), with `DEEP_CONTROL`
-their program done right. Run this module from the repository
+``bench/search.py`` measures every strategy on them), with `DEEP_CONTROLS`
+their programs done right. Run this module from the repository
 root to print the numbers the issue asks for (seeds to find, over several
 base seeds, and the negative check):
 
@@ -796,6 +796,113 @@ async def handover_done_right() -> None:
     await _lease_monitor(steps=3, right=True)
 
 
+#: Request rounds of the failover race, and rounds per epoch.
+FAILOVER_ROUNDS = 75
+FAILOVER_EPOCH = 25
+
+
+async def _failover_client(*, right: bool) -> None:
+    """A client that fails over to a new primary when its reader lags at the end of a clean epoch.
+
+    On loopback sockets. The client sends ``FAILOVER_ROUNDS`` requests, one
+    at a time, on a data connection; the server answers each on it and then,
+    in the same callback, sends a tick on a control connection. A reader task
+    takes the replies (dropping a number it has had: a resend), a watcher
+    task the ticks. A tick read before its reply means the reader lags: in
+    the middle of an epoch, or in an epoch that lagged already, it is only
+    noted; at the last round of an epoch that was clean until then, the
+    client asks for a failover. The server answers ``MOVED`` on the control
+    connection and resends the last reply on the data connection, in that
+    order. With *right* false, ``MOVED`` restarts the reader's count (the
+    new primary numbers anew), which is safe only if the old primary's
+    resend was read first: read after, it is taken as a new reply, and the
+    client has one reply twice. *right*: the count is kept (a resend is
+    always dropped), whatever the order.
+    """
+    control_writers: list[asyncio.StreamWriter] = []
+    data_writers: list[asyncio.StreamWriter] = []
+    control_ready = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await reader.readline() == b"control\n":
+            control_writers.append(writer)
+            control_ready.set()
+            while line := await reader.readline():
+                if line.startswith(b"FAILOVER"):
+                    r = line.split()[1]
+                    writer.write(b"MOVED\n")  # the new primary's word first ...
+                    data_writers[0].write(b"REP " + r + b"\n")  # ... then the old one's resend
+            return
+        data_writers.append(writer)
+        await control_ready.wait()
+        while line := await reader.readline():
+            r = line.split()[1]
+            writer.write(b"REP " + r + b"\n")
+            control_writers[0].write(b"TICK " + r + b"\n")
+
+    async with _Server(handle) as server:
+        data_reader, data_writer = await server.connect()
+        data_writer.write(b"data\n")
+        control_reader, control_writer = await server.connect()
+        control_writer.write(b"control\n")
+        state = {"last": -1, "dirty": False}
+        got: list[int] = []
+        waiters: dict[int, asyncio.Future[None]] = {}
+
+        async def read_replies() -> None:
+            while line := await data_reader.readline():
+                n = int(line.split()[1])
+                if n <= state["last"]:
+                    continue  # a resend
+                state["last"] = n
+                got.append(n)
+                waiter = waiters.pop(n, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+
+        async def watch_ticks() -> None:
+            while line := await control_reader.readline():
+                if line == b"MOVED\n":
+                    if not right:
+                        state["last"] = -1  # the new primary counts anew
+                    continue
+                r = int(line.split()[1])
+                if r % FAILOVER_EPOCH == 0:
+                    state["dirty"] = False  # a new epoch
+                if state["last"] >= r:
+                    continue  # its reply was read first: no lag
+                if state["dirty"] or r % FAILOVER_EPOCH != FAILOVER_EPOCH - 1:
+                    state["dirty"] = True  # noted, left alone
+                    continue
+                control_writer.write(b"FAILOVER %d\n" % r)
+
+        tasks = [asyncio.create_task(read_replies()), asyncio.create_task(watch_ticks())]
+        loop = asyncio.get_running_loop()
+        for r in range(FAILOVER_ROUNDS):
+            waiters[r] = loop.create_future()
+            data_writer.write(b"REQ %d\n" % r)
+            await waiters[r]
+        for _ in range(5):
+            await asyncio.sleep(0)  # a failover's answers, if one is under way
+        await _close(data_writer, control_writer)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert got == list(range(FAILOVER_ROUNDS)), got
+
+
+async def failover_after_a_clean_epoch() -> None:
+    """Two deviations, late, on sockets: a tick read before its reply at the end
+    of a clean epoch, then ``MOVED`` read before the old primary's resend
+    (`_failover_client`)."""
+    await _failover_client(right=False)
+
+
+async def failover_done_right() -> None:
+    """The control of the failover race: a resend is always dropped."""
+    await _failover_client(right=True)
+
+
 @dataclass(frozen=True)
 class Planted:
     name: str
@@ -835,10 +942,15 @@ RACES += [
 DEEP = [
     Planted("handover_after_a_clean_epoch", handover_after_a_clean_epoch, True, "deep: 2 ties"),
     Planted("handover_fenced_too_late", handover_fenced_too_late, True, "deep: 3 ties"),
+    Planted("failover_after_a_clean_epoch", failover_after_a_clean_epoch, False, "deep: 2 fds"),
 ]
 
-#: The deep races' control: the same lease monitor done right.
+#: The deep races' controls: the same programs done right.
 DEEP_CONTROL = Planted("handover_done_right", handover_done_right, True, "control (deep)")
+DEEP_CONTROLS = [
+    DEEP_CONTROL,
+    Planted("failover_done_right", failover_done_right, False, "control (deep, sockets)"),
+]
 
 #: Races on a real thread's timing against a real timer: a loaded machine (a
 #: CI box running tests in parallel) delays a thread by milliseconds now and

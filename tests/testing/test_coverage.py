@@ -171,8 +171,14 @@ def test_it_finds_a_socket_race_shrinks_and_replays(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("planted", DEEP, ids=lambda p: p.name)
 def test_it_finds_each_deep_race_within_its_budget(planted: Planted) -> None:
-    needed = {"handover_after_a_clean_epoch": 2, "handover_fenced_too_late": 3}[planted.name]
-    found = testing.explore(planted.race, strategy="coverage", schedules=1000, virtual_time=True)
+    needed = {
+        "handover_after_a_clean_epoch": 2,
+        "handover_fenced_too_late": 3,
+        "failover_after_a_clean_epoch": 2,
+    }[planted.name]
+    found = testing.explore(
+        planted.race, strategy="coverage", schedules=1000, virtual_time=planted.virtual_time
+    )
     assert found.tape is not None, found
     assert len(found.tape.deviations) == needed  # shrunk: each one matters
     assert found.tape.kind == "ordering"

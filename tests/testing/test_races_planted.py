@@ -4,8 +4,8 @@ A race in `races.RACES` must pass on the stdlib loop and on tideloop's
 unperturbed loop (its bug needs a schedule that only a perturbation, or a
 rare real delay, produces), and so must a latent one (`races.LATENT`: only
 the opt-in wake-up mode breaks it); `races.CONTROL`, a similar program done right,
-must in addition pass under every seed. So must `races.DEEP_CONTROL`, the
-deep races' program done right (``races.DEEP``: two or three specific
+must in addition pass under every seed. So must `races.DEEP_CONTROLS`, the
+deep races' programs done right (``races.DEEP``: two or three specific
 deviations late in a long run), under every strategy of the registry
 (``tests/testing/test_coverage.py`` checks that the coverage strategy
 finds the deep races).
@@ -20,7 +20,7 @@ import pytest
 from scenarios.races import (
     CONTROL,
     DEEP,
-    DEEP_CONTROL,
+    DEEP_CONTROLS,
     LATENT,
     RACES,
     REAL_THREAD_TIMING,
@@ -54,7 +54,9 @@ def stdlib_fails(planted: Planted) -> bool:
     return False
 
 
-@pytest.mark.parametrize("planted", [*RACES, *LATENT, CONTROL], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "planted", [*RACES, *LATENT, CONTROL, *DEEP, *DEEP_CONTROLS], ids=lambda p: p.name
+)
 def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
     if planted.virtual_time:
         pytest.skip("written for virtual time (on real time it sleeps for real)")
@@ -63,7 +65,7 @@ def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
 
 
 @pytest.mark.parametrize(
-    "planted", [*RACES, *LATENT, CONTROL, *DEEP, DEEP_CONTROL], ids=lambda p: p.name
+    "planted", [*RACES, *LATENT, CONTROL, *DEEP, *DEEP_CONTROLS], ids=lambda p: p.name
 )
 def test_passes_on_tideloop_unperturbed(planted: Planted) -> None:
     failures = sum(fails(planted, None) for _ in range(STDLIB_RUNS))
@@ -80,16 +82,21 @@ def test_control_passes_under_every_seed() -> None:
     assert failed == []
 
 
-def test_the_deep_control_passes_under_every_seed_and_strategy() -> None:
+@pytest.mark.parametrize("control", DEEP_CONTROLS, ids=lambda p: p.name)
+def test_a_deep_control_passes_under_every_seed_and_strategy(control: Planted) -> None:
     failed = []
-    for seed in range(50):
+    for seed in range(30):
         try:
-            testing.run(DEEP_CONTROL.race(), virtual_time=True, seed=seed)
+            testing.run(control.race(), virtual_time=control.virtual_time, seed=seed)
         except AssertionError:
             failed.append(seed)
     assert failed == []
     for name in STRATEGIES.names:
         result = testing.explore(
-            DEEP_CONTROL.race, strategy=name, schedules=150, virtual_time=True, describe=False
+            control.race,
+            strategy=name,
+            schedules=100,
+            virtual_time=control.virtual_time,
+            describe=False,
         )
         assert result.tape is None, (name, result.tape and result.tape.words())
