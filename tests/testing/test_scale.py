@@ -22,7 +22,7 @@ import pytest
 
 from children import python_env, run_python
 from needs import missing
-from scenarios.races import DEEP, two_clients_in_order
+from scenarios.races import DEEP, timers_at_the_same_instant, two_clients_in_order
 from tideloop import testing
 from tideloop.testing._scale import parse_shard
 
@@ -66,7 +66,9 @@ def test_a_process_pool_runs_the_coverage_search_and_the_failure_is_shrunk_here(
 
 def test_a_given_executor_is_used_and_left_to_its_owner() -> None:
     with concurrent.futures.ProcessPoolExecutor(2) as pool:
-        result = testing.explore(two_clients_in_order, strategy="random", executor=pool)
+        result = testing.explore(
+            timers_at_the_same_instant, strategy="random", virtual_time=True, executor=pool
+        )
         assert result.tape is not None and len(result.tape.deviations) == 1
         assert pool.submit(int, "7").result() == 7  # still open
     with pytest.raises(ValueError, match="walks its space in order"):
@@ -161,7 +163,8 @@ def test_a_dask_cluster_runs_the_search(tmp_path: Path) -> None:
     assert json.loads(tape.read_text())["found_by"].startswith("coverage, a schedule of")
     code, out = _cli(
         "explore",
-        "scenarios.races:two_clients_in_order",
+        "scenarios.races:timers_at_the_same_instant",  # virtual time: replays exactly here
+        "--virtual-time",
         "--executor",
         "cluster:executor",
         "--tape",
