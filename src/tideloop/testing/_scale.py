@@ -307,7 +307,8 @@ def search(
         if exc is not None:
             if say is not None:
                 say(f"the failure {state} records fails again: {_describe_failure(exc)}")
-            fresh = _strategy_of(failed, recipe, options, failed.get("length", 0))  # unused yet
+            # A new strategy for the caller's replay: `again` has used its draws.
+            fresh = _strategy_of(failed, recipe, options, failed.get("length", 0))
             result.found = Found(fresh, run_seed, _describe_failure(exc))
             return result
     length = 0
