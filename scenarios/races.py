@@ -7,7 +7,10 @@ it again (races whose input includes real thread timing replay most of
 the time, not always). ``tests/testing/test_perturbation.py`` checks both,
 and ``tests/testing/test_races_planted.py`` that every race and `CONTROL` (a
 similar program done right, which must pass under every schedule) pass on
-the stdlib loop and the unperturbed one. Run this module from the repository
+the stdlib loop and the unperturbed one. `DEEP` races need two or three
+specific deviations late in a long run (what blind search stops finding;
+``bench/search.py`` measures every strategy on them), with `DEEP_CONTROLS`
+their programs done right. Run this module from the repository
 root to print the numbers the issue asks for (seeds to find, over several
 base seeds, and the negative check):
 
@@ -671,6 +674,235 @@ async def correct_control() -> None:
     assert values == [b"va\n", b"vb\n"], values
 
 
+# ----------------------------------------------------------------------
+# Deep races: two or three specific deviations, late in a long run
+
+#: Heartbeat rounds, and rounds per epoch: a handover needs an epoch whose
+#: beats all came in order until its last round.
+ROUNDS = 60
+EPOCH = 20
+
+
+async def _lease_monitor(*, steps: int, right: bool) -> None:
+    """A lease monitor that hands a lease over at the end of a clean epoch.
+
+    Under virtual time. Each round, the holder's heartbeat and the
+    monitor's check fall due at the same instant (both armed by the round's
+    ticker, heartbeat first). A check that runs before the round's beat
+    finds it missing: in the middle of an epoch, or in an epoch that has
+    missed one already, the holder is only flagged (a flapping holder is
+    left to an operator); at the last round of an epoch that was clean
+    until then, the monitor starts a handover. The handover arms, for the
+    same instant half a round later, the holder's *reclaim* (its late beat
+    arriving) and the standby's *grant*, reclaim first. With *steps* = 2
+    the grant assumes the reclaim has run ("armed first, fires first"):
+    granted before it, both hold the lease. With *steps* = 3 the grant only
+    marks the standby granted and arms the primary's *fence* (which revokes
+    the grant) and the standby's *promote* for one more shared instant,
+    fence first: only a promote before the fence makes two holders.
+    *right*: the same program done right (the grant and the promote take
+    the lease from the primary, the fence takes it back, and a reclaim
+    after a grant yields): one holder whatever the order.
+    """
+    loop = asyncio.get_running_loop()
+    holders = {"primary"}
+    state = {"beat": -1, "dirty": False, "reclaimed": False, "granted": False}
+    finished = asyncio.Event()
+
+    def beat(r: int) -> None:
+        state["beat"] = r
+
+    def reclaim() -> None:
+        if right and "standby" in holders:
+            return  # granted already: the primary yields
+        state["reclaimed"] = True
+
+    def fence() -> None:
+        state["granted"] = False  # the primary's fencing token revokes the grant
+        if right and "standby" in holders:
+            holders.discard("standby")
+            holders.add("primary")
+
+    def promote() -> None:
+        if not state["granted"]:
+            return  # fenced: the standby stands down
+        if right:
+            holders.discard("primary")
+        holders.add("standby")
+
+    def grant() -> None:
+        if right:
+            if not state["reclaimed"]:
+                holders.discard("primary")
+                holders.add("standby")
+            return
+        if state["reclaimed"]:
+            return  # the primary came back in time
+        if steps == 2:
+            holders.add("standby")  # the primary is taken to have reclaimed already
+            return
+        state["granted"] = True  # promoted at the next instant, unless fenced first
+        when = loop.time() + 0.25
+        loop.call_at(when, fence)
+        loop.call_at(when, promote)
+
+    def check(r: int) -> None:
+        if r % EPOCH == 0:
+            state["dirty"] = False  # a new epoch
+        if state["beat"] == r:
+            return
+        if state["dirty"] or r % EPOCH != EPOCH - 1:
+            state["dirty"] = True  # flagged, left alone
+            return
+        state["reclaimed"] = False
+        when = loop.time() + 0.5
+        loop.call_at(when, reclaim)
+        loop.call_at(when, grant)
+
+    for r in range(ROUNDS):
+        when = loop.time() + 1
+        loop.call_at(when, beat, r)
+        loop.call_at(when, check, r)
+        await asyncio.sleep(1)
+    loop.call_later(1, finished.set)
+    await finished.wait()
+    assert len(holders) == 1, holders
+
+
+async def handover_after_a_clean_epoch() -> None:
+    """Two deviations, late: a beat missed at the end of a clean epoch, then the
+    standby's grant before the holder's reclaim (`_lease_monitor`, 2 steps).
+
+    Random search deviates about half of the 120 ties, so an epoch is
+    almost never clean; PCT must place both of its change points on the
+    right two of them; a systematic search meets the pair after thousands
+    of schedules.
+    """
+    await _lease_monitor(steps=2, right=False)
+
+
+async def handover_fenced_too_late() -> None:
+    """Three deviations, late: a beat missed at the end of a clean epoch, the
+    grant before the reclaim, then the promote before the fence
+    (`_lease_monitor`, 3 steps): beyond PCT of depth 2 and a systematic
+    search bounded at 2 deviations.
+    """
+    await _lease_monitor(steps=3, right=False)
+
+
+async def handover_done_right() -> None:
+    """The control of the deep races: the lease monitor done right (one holder
+    under every order of its ties)."""
+    await _lease_monitor(steps=3, right=True)
+
+
+#: Request rounds of the failover race, and rounds per epoch.
+FAILOVER_ROUNDS = 75
+FAILOVER_EPOCH = 25
+
+
+async def _failover_client(*, right: bool) -> None:
+    """A client that fails over to a new primary when its reader lags at the end of a clean epoch.
+
+    On loopback sockets. The client sends ``FAILOVER_ROUNDS`` requests, one
+    at a time, on a data connection; the server answers each on it and then,
+    in the same callback, sends a tick on a control connection. A reader task
+    takes the replies (dropping a number it has had: a resend), a watcher
+    task the ticks. A tick read before its reply means the reader lags: in
+    the middle of an epoch, or in an epoch that lagged already, it is only
+    noted; at the last round of an epoch that was clean until then, the
+    client asks for a failover. The server answers ``MOVED`` on the control
+    connection and resends the last reply on the data connection, in that
+    order. With *right* false, ``MOVED`` restarts the reader's count (the
+    new primary numbers anew), which is safe only if the old primary's
+    resend was read first: read after, it is taken as a new reply, and the
+    client has one reply twice. *right*: the count is kept (a resend is
+    always dropped), whatever the order.
+    """
+    control_writers: list[asyncio.StreamWriter] = []
+    data_writers: list[asyncio.StreamWriter] = []
+    control_ready = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await reader.readline() == b"control\n":
+            control_writers.append(writer)
+            control_ready.set()
+            while line := await reader.readline():
+                if line.startswith(b"FAILOVER"):
+                    r = line.split()[1]
+                    writer.write(b"MOVED\n")  # the new primary's word first ...
+                    data_writers[0].write(b"REP " + r + b"\n")  # ... then the old one's resend
+            return
+        data_writers.append(writer)
+        await control_ready.wait()
+        while line := await reader.readline():
+            r = line.split()[1]
+            writer.write(b"REP " + r + b"\n")
+            control_writers[0].write(b"TICK " + r + b"\n")
+
+    async with _Server(handle) as server:
+        data_reader, data_writer = await server.connect()
+        data_writer.write(b"data\n")
+        control_reader, control_writer = await server.connect()
+        control_writer.write(b"control\n")
+        state = {"last": -1, "dirty": False}
+        got: list[int] = []
+        waiters: dict[int, asyncio.Future[None]] = {}
+
+        async def read_replies() -> None:
+            while line := await data_reader.readline():
+                n = int(line.split()[1])
+                if n <= state["last"]:
+                    continue  # a resend
+                state["last"] = n
+                got.append(n)
+                waiter = waiters.pop(n, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+
+        async def watch_ticks() -> None:
+            while line := await control_reader.readline():
+                if line == b"MOVED\n":
+                    if not right:
+                        state["last"] = -1  # the new primary counts anew
+                    continue
+                r = int(line.split()[1])
+                if r % FAILOVER_EPOCH == 0:
+                    state["dirty"] = False  # a new epoch
+                if state["last"] >= r:
+                    continue  # its reply was read first: no lag
+                if state["dirty"] or r % FAILOVER_EPOCH != FAILOVER_EPOCH - 1:
+                    state["dirty"] = True  # noted, left alone
+                    continue
+                control_writer.write(b"FAILOVER %d\n" % r)
+
+        tasks = [asyncio.create_task(read_replies()), asyncio.create_task(watch_ticks())]
+        loop = asyncio.get_running_loop()
+        for r in range(FAILOVER_ROUNDS):
+            waiters[r] = loop.create_future()
+            data_writer.write(b"REQ %d\n" % r)
+            await waiters[r]
+        for _ in range(5):
+            await asyncio.sleep(0)  # a failover's answers, if one is under way
+        await _close(data_writer, control_writer)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert got == list(range(FAILOVER_ROUNDS)), got
+
+
+async def failover_after_a_clean_epoch() -> None:
+    """Two deviations, late, on sockets: a tick read before its reply at the end
+    of a clean epoch, then ``MOVED`` read before the old primary's resend
+    (`_failover_client`)."""
+    await _failover_client(right=False)
+
+
+async def failover_done_right() -> None:
+    """The control of the failover race: a resend is always dropped."""
+    await _failover_client(right=True)
+
+
 @dataclass(frozen=True)
 class Planted:
     name: str
@@ -702,6 +934,22 @@ RACES += [
         (read_your_writes_on_a_replica, False, "replica read-your-writes"),
         (end_of_stream_overtakes_the_last_message, False, "queue consumer vs socket close"),
     ]
+]
+
+#: Races that need two or three specific deviations late in a long run:
+#: blind search rarely meets them, a coverage search climbs to them (each
+#: deviation reaches code the run had not reached before).
+DEEP = [
+    Planted("handover_after_a_clean_epoch", handover_after_a_clean_epoch, True, "deep: 2 ties"),
+    Planted("handover_fenced_too_late", handover_fenced_too_late, True, "deep: 3 ties"),
+    Planted("failover_after_a_clean_epoch", failover_after_a_clean_epoch, False, "deep: 2 fds"),
+]
+
+#: The deep races' controls: the same programs done right.
+DEEP_CONTROL = Planted("handover_done_right", handover_done_right, True, "control (deep)")
+DEEP_CONTROLS = [
+    DEEP_CONTROL,
+    Planted("failover_done_right", failover_done_right, False, "control (deep, sockets)"),
 ]
 
 #: Races on a real thread's timing against a real timer: a loaded machine (a

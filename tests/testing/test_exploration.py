@@ -84,14 +84,16 @@ def test_a_strategy_out_of_range_is_refused() -> None:
 
 
 def test_every_strategy_of_a_search_is_one_entry_of_the_registry() -> None:
-    assert STRATEGIES.names == ("random", "pct", "systematic")
+    assert STRATEGIES.names == ("random", "pct", "systematic", "coverage")
     assert STRATEGIES.seeded_names() == ("random", "pct")
     for name in STRATEGIES.names:
         recipe = STRATEGIES.get(name)
-        assert isinstance(recipe.search(Options()).next(7, None), recipe.cls), name
+        search = recipe.search(Options())
+        assert isinstance(search.next(7, None), recipe.cls), name
+        search.close()  # coverage measures from its first schedule on: stopped
         assert name in STRATEGIES.described()
     with pytest.raises(
-        ValueError, match="strategy must be one of random, pct, systematic, not 'x'"
+        ValueError, match="strategy must be one of random, pct, systematic, coverage, not 'x'"
     ):
         testing.explore(_echo_once, strategy="x")
     with pytest.raises(ValueError, match="one of make"):
@@ -197,7 +199,7 @@ def test_systematic_search_exhausts_a_correct_program() -> None:
 
 
 def test_the_control_never_fails() -> None:
-    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
+    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60), ("coverage", 60)):
         result = testing.explore(CONTROL.race, strategy=strategy, schedules=n)
         assert result.tape is None, result.tape and result.tape.words()
 
@@ -347,7 +349,7 @@ def test_latent_only_when_no_plain_schedule_fails() -> None:
 
 
 def test_the_control_never_fails_with_wakeups() -> None:
-    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60)):
+    for strategy, n in (("random", 60), ("pct", 40), ("systematic", 60), ("coverage", 60)):
         result = testing.explore(CONTROL.race, strategy=strategy, schedules=n, wakeups=True)
         assert result.tape is None, result.tape and result.tape.words()
 

@@ -393,7 +393,7 @@ def test_bad_marker_is_a_usage_error(tmp_path: Path) -> None:
     assert "takes only the keyword arguments" in proc.stderr
 
 
-@pytest.mark.parametrize("strategy", ["pct", "systematic"])
+@pytest.mark.parametrize("strategy", ["pct", "systematic", "coverage"])
 def test_other_strategies_find_the_race_and_save_its_tape(tmp_path: Path, strategy: str) -> None:
     files = {"test_race.py": SEEDS_SUITE}
     tapes = tmp_path / "tapes"

@@ -4,7 +4,11 @@ A race in `races.RACES` must pass on the stdlib loop and on tideloop's
 unperturbed loop (its bug needs a schedule that only a perturbation, or a
 rare real delay, produces), and so must a latent one (`races.LATENT`: only
 the opt-in wake-up mode breaks it); `races.CONTROL`, a similar program done right,
-must in addition pass under every seed.
+must in addition pass under every seed. So must `races.DEEP_CONTROLS`, the
+deep races' programs done right (``races.DEEP``: two or three specific
+deviations late in a long run), under every strategy of the registry
+(``tests/testing/test_coverage.py`` checks that the coverage strategy
+finds the deep races).
 """
 
 from __future__ import annotations
@@ -13,8 +17,18 @@ import asyncio
 
 import pytest
 
-from scenarios.races import CONTROL, LATENT, RACES, REAL_THREAD_TIMING, Planted, fails
+from scenarios.races import (
+    CONTROL,
+    DEEP,
+    DEEP_CONTROLS,
+    LATENT,
+    RACES,
+    REAL_THREAD_TIMING,
+    Planted,
+    fails,
+)
 from tideloop import testing
+from tideloop.testing._search import STRATEGIES
 
 STDLIB_RUNS = 20
 
@@ -40,7 +54,9 @@ def stdlib_fails(planted: Planted) -> bool:
     return False
 
 
-@pytest.mark.parametrize("planted", [*RACES, *LATENT, CONTROL], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "planted", [*RACES, *LATENT, CONTROL, *DEEP, *DEEP_CONTROLS], ids=lambda p: p.name
+)
 def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
     if planted.virtual_time:
         pytest.skip("written for virtual time (on real time it sleeps for real)")
@@ -48,7 +64,9 @@ def test_passes_on_the_stdlib_loop(planted: Planted) -> None:
     assert failures <= allowed(planted)
 
 
-@pytest.mark.parametrize("planted", [*RACES, *LATENT, CONTROL], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "planted", [*RACES, *LATENT, CONTROL, *DEEP, *DEEP_CONTROLS], ids=lambda p: p.name
+)
 def test_passes_on_tideloop_unperturbed(planted: Planted) -> None:
     failures = sum(fails(planted, None) for _ in range(STDLIB_RUNS))
     assert failures <= allowed(planted)
@@ -62,3 +80,23 @@ def test_control_passes_under_every_seed() -> None:
         except AssertionError:
             failed.append(seed)
     assert failed == []
+
+
+@pytest.mark.parametrize("control", DEEP_CONTROLS, ids=lambda p: p.name)
+def test_a_deep_control_passes_under_every_seed_and_strategy(control: Planted) -> None:
+    failed = []
+    for seed in range(30):
+        try:
+            testing.run(control.race(), virtual_time=control.virtual_time, seed=seed)
+        except AssertionError:
+            failed.append(seed)
+    assert failed == []
+    for name in STRATEGIES.names:
+        result = testing.explore(
+            control.race,
+            strategy=name,
+            schedules=100,
+            virtual_time=control.virtual_time,
+            describe=False,
+        )
+        assert result.tape is None, (name, result.tape and result.tape.words())

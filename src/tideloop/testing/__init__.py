@@ -73,6 +73,7 @@ from tideloop._loop import Loop
 from tideloop._pollers import Poller
 from tideloop._public import public_dir as _public_dir
 
+from . import _coverage
 from ._blockbuster import allow_tideloop
 from ._clock import VirtualClock
 from ._deadlock import Deadlock
@@ -201,6 +202,8 @@ def new_event_loop(
     # every task's await stack, instead of hanging, and the clock does not
     # jump while a thread of the program's is busy.
     supervisor = None if clock is None else VirtualTimeWatch(network)
+    if network is not None:
+        _coverage.saw_network(network)  # a coverage search's probe reads its log
     loop = Loop(
         poller=poller, clock=clock, schedule=schedule, network=network, supervisor=supervisor
     )

@@ -4,8 +4,9 @@ Layer: top (``tideloop.testing``), a command line over ``_explore`` and ``_searc
 
     python -m tideloop.testing explore MODULE:FUNCTION [--strategy NAME]
         [--schedules N] [--seed S] [--depth D] [--bound K] [--virtual-time]
-        [--wakeups] [-j PROCESSES] [--state FILE] [--tape FILE [--overwrite]]
-        [--network-seed N] [--timeout SECONDS]
+        [--wakeups] [-j PROCESSES] [--executor MODULE:FACTORY] [--shard K/N]
+        [--state FILE] [--tape FILE [--overwrite]] [--network-seed N]
+        [--timeout SECONDS]
     python -m tideloop.testing replay MODULE:FUNCTION TAPE
     python -m tideloop.testing show TAPE [-o FILE.html] [--scenario MODULE:FUNCTION]
     python -m tideloop.testing trace TAPE [--scenario MODULE:FUNCTION] [--decisions]
@@ -16,13 +17,16 @@ one, a `SimNetwork`: a `NetworkScenario`, given a network of seed
 ``--network-seed`` each run; each schedule calls it for a fresh coroutine)
 and runs schedules until one fails. ``--help`` prints `DESCRIPTION`, for
 users; every option says its default. ``--strategy`` takes a name of
-``_search.STRATEGIES`` (random, pct, systematic); ``--depth`` and
-``--bound`` are refused with a strategy that does not use them. With
-``-j P`` (a seeded strategy), P worker processes take seeds ``seed + i``
-for ``i = w, w + P, ...``; the first failure stops them all.
-With ``--state FILE``, the seeds that passed are recorded there after each
-batch, and a rerun with the same file, scenario and strategy resumes after
-them. A failure is shrunk in this process and written as a tape (``--tape``,
+``_search.STRATEGIES`` (random, pct, systematic, coverage); ``--depth`` and
+``--bound`` are refused with a strategy that does not use them. A seeded or
+learning strategy (random, pct, coverage) runs over many processes
+(``_scale``): ``-j P``, a local pool of P processes, or ``--executor
+MODULE:FACTORY``, the ``concurrent.futures.Executor`` FACTORY returns (a
+Dask cluster's); ``--shard K/N`` runs the K-th of N shares of the
+schedules; ``--state FILE`` records the search (seeds passed, the
+coverage corpus, failures found) and a rerun with the same file, scenario
+and strategy resumes from it. The first failure stops the workers.
+A failure is shrunk in this process and written as a tape (``--tape``,
 refused if the file exists unless ``--overwrite``; by default
 ``FUNCTION.tape.json``, or the first free ``FUNCTION.tape.N.json``: a tape
 is never overwritten silently); the exit status is 1 when a failure was
@@ -44,9 +48,9 @@ it names, to record it. ``trace --decisions`` prints the decision log.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
-import queue
+import concurrent.futures
+import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -54,40 +58,18 @@ from typing import Any, Final
 from ._explore import (
     NetworkScenario,
     Scenario,
-    SeedJob,
     Tape,
     _describe_failure,
-    attempt,
     describe_tape,
     diff,
     explore,
     load_scenario,
     record,
     replay,
-    run_seeds,
-    shrink,
     timeline_path,
 )
+from ._scale import parse_shard
 from ._search import STRATEGIES, Options
-
-
-def _load_state(path: Path | None, key: dict[str, Any]) -> set[int]:
-    if path is None or not path.exists():
-        return set()
-    data = json.loads(path.read_text())
-    if data.get("key") != key:
-        raise SystemExit(
-            f"{path} records another exploration ({data.get('key')}); remove it to start over"
-        )
-    return set(data.get("passed", ()))
-
-
-def _save_state(path: Path | None, key: dict[str, Any], passed: set[int]) -> None:
-    if path is None:
-        return
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"key": key, "passed": sorted(passed)}) + "\n")
-    tmp.replace(path)
 
 
 def _options(args: argparse.Namespace) -> Options:
@@ -108,131 +90,33 @@ def _check_explore(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     args.bound = 2 if args.bound is None else args.bound
     if args.depth < 1 or args.bound < 0:
         parser.error("--depth must be at least 1, --bound at least 0")
+    if args.shard is not None:
+        try:
+            parse_shard(args.shard)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.tape is not None and Path(args.tape).exists() and not args.overwrite:
         parser.error(f"{args.tape} exists: give another --tape, or --overwrite to replace it")
     if args.overwrite and args.tape is None:
         parser.error("--overwrite is for --tape FILE")
 
 
-def _explore_parallel(args: argparse.Namespace, scenario: Scenario | NetworkScenario) -> int:
-    """A seeded strategy over processes, resumable; shrinks a failure here."""
-    recipe = STRATEGIES.get(args.strategy)
-    state = Path(args.state) if args.state else None
-    key = {
-        "scenario": args.scenario,
-        "strategy": args.strategy,
-        "seed": args.seed,
-        "depth": args.depth,
-        "virtual_time": args.virtual_time,
-        "wakeups": args.wakeups,
-        "network_seed": args.network_seed,
-    }
-    passed = _load_state(state, key)
-    length = 0
-    first = recipe.first()
-    if first is not None:
-        log, exc = attempt(
-            scenario,
-            first,
-            virtual_time=args.virtual_time,
-            timeout=args.timeout,
-            wakeups=args.wakeups,
+def _executor(spec: str) -> concurrent.futures.Executor:
+    """``--executor MODULE:FACTORY``: call FACTORY for the executor."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ValueError(f"--executor takes MODULE:FACTORY, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    factory: Any = importlib.import_module(module_name)
+    for part in name.split("."):
+        factory = getattr(factory, part)
+    executor = factory()
+    if not isinstance(executor, concurrent.futures.Executor):
+        raise ValueError(
+            f"{spec} returned {type(executor).__name__}, not a concurrent.futures.Executor"
         )
-        length = log.count
-        if exc is not None:
-            print(f"the unperturbed schedule fails: {_describe_failure(exc)}")
-            return 1
-    todo = [n for n in range(args.seed, args.seed + args.schedules) if n not in passed]
-    if passed:
-        print(f"resuming: {len(passed)} schedule(s) passed before, {len(todo)} to go")
-    jobs = max(1, min(args.jobs, len(todo) or 1))
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    workers = [
-        ctx.Process(
-            target=run_seeds,
-            args=(
-                SeedJob(
-                    args.scenario,
-                    args.strategy,
-                    todo[w::jobs],
-                    _options(args),
-                    length,
-                    args.virtual_time,
-                    args.timeout,
-                    args.wakeups,
-                    args.network_seed,
-                ),
-                out,
-            ),
-            daemon=True,
-        )
-        for w in range(jobs)
-    ]
-    for w in workers:
-        w.start()
-    failed: tuple[int, str] | None = None
-    running = len(workers)
-    try:
-        while running and failed is None:
-            try:
-                message = out.get(timeout=1.0)
-            except queue.Empty:
-                if not any(w.is_alive() for w in workers):
-                    raise SystemExit("the worker processes died without a report") from None
-                continue
-            if message[0] == "passed":
-                passed.update(message[1])
-                _save_state(state, key, passed)
-            elif message[0] == "failed":
-                failed = (message[1], message[2])
-            else:
-                running -= 1
-    finally:
-        for w in workers:
-            if w.is_alive():
-                w.terminate()
-            w.join()
-    if failed is None:
-        print(f"{len(passed)} schedule(s) of {args.strategy} passed; no failure found")
-        return 0
-    seed, text = failed
-    print(f"seed {seed} failed: {text}")
-    strategy = recipe.strategy(seed, _options(args), length)
-    log, exc = attempt(
-        scenario,
-        strategy,
-        virtual_time=args.virtual_time,
-        timeout=args.timeout,
-        wakeups=args.wakeups,
-    )
-    if exc is None:
-        print("it passed when run again here (real timing in its input): not shrunk")
-        return 1
-    original = len(log.deviations)
-    log, exc2, runs = shrink(
-        scenario,
-        log,
-        virtual_time=args.virtual_time,
-        failure=exc,
-        timeout=args.timeout,
-        wakeups=args.wakeups,
-    )
-    network = isinstance(scenario, NetworkScenario)
-    tape = Tape.from_log(
-        log,
-        found_by=strategy.describe(),
-        scenario=args.scenario,
-        failure=_describe_failure(exc2 or exc),
-        virtual_time=args.virtual_time or network,
-        wakeups=args.wakeups,
-        shrunk_from=original,
-        network={} if network else None,
-        network_seed=(args.network_seed or 0) if network else 0,
-    )
-    _record(tape, scenario)
-    _report_tape(args, tape, runs)
-    return 1
+    return executor
 
 
 def _record(tape: Tape, scenario: Scenario | NetworkScenario) -> None:
@@ -281,20 +165,40 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             f"--network-seed is for a SimNetwork scenario: {args.scenario} takes no network"
         )
     recipe = STRATEGIES.get(args.strategy)
-    if recipe.seeded and (args.jobs > 1 or args.state):
-        return _explore_parallel(args, scenario)
-    result = explore(
-        scenario,
-        strategy=args.strategy,
-        schedules=args.schedules,
-        seed=args.seed,
-        depth=args.depth,
-        bound=args.bound,
-        virtual_time=args.virtual_time,
-        wakeups=args.wakeups,
-        name=args.scenario,
-        timeout=args.timeout,
-    )
+    parallel = recipe.seeded or recipe.learns
+    over = bool(args.executor or args.shard)
+    if over and not parallel:
+        names = ", ".join(STRATEGIES.parallel_names())
+        raise ValueError(
+            f"--executor and --shard are for --strategy {names}: the {args.strategy} "
+            "strategy walks its space in order, in one process"
+        )
+    executor = _executor(args.executor) if args.executor else None
+    try:
+        result = explore(
+            scenario,
+            strategy=args.strategy,
+            schedules=args.schedules,
+            seed=args.seed,
+            depth=args.depth,
+            bound=args.bound,
+            virtual_time=args.virtual_time,
+            wakeups=args.wakeups,
+            name=args.scenario,
+            timeout=args.timeout,
+            executor=executor,
+            jobs=args.jobs if parallel else 1,
+            state=args.state if parallel else None,
+            shard=parse_shard(args.shard) if args.shard else None,
+            spec=args.scenario,
+            say=print,
+        )
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True)
+    if result.unreproduced:
+        print("it passed when run again here (real timing in its input): not shrunk")
+        return 1
     if result.tape is None:
         extra = ""
         if recipe.space is not None:
@@ -303,6 +207,13 @@ def _cmd_explore(args: argparse.Namespace) -> int:
                 if result.exhausted
                 else " (the bounded space was not exhausted)"
             )
+        if result.resumed or executor is not None or args.jobs > 1 or args.state:
+            total = result.resumed + result.schedules
+            print(
+                f"{total} schedule(s) of {args.strategy} passed; no failure found "
+                f"({result.schedules} in {result.seconds:.1f} s here)"
+            )
+            return 0
         print(f"{result.schedules} schedule(s) passed in {result.seconds:.1f} s{extra}")
         return 0
     print(f"{result.schedules} schedule(s) run in {result.seconds:.1f} s")
@@ -405,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         help="MODULE:FUNCTION: an async function of no argument, or of one (a SimNetwork)",
     )
     seeded = ", ".join(STRATEGIES.seeded_names())
+    parallel = ", ".join(STRATEGIES.parallel_names())
     p.add_argument(
         "--strategy",
         choices=STRATEGIES.names,
@@ -458,12 +370,27 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         metavar="P",
-        help=f"worker processes, each taking every P-th seed ({seeded}; default: 1)",
+        help=f"worker processes, a local pool of P; with --executor, how many workers "
+        f"it has ({parallel}; default: 1)",
+    )
+    p.add_argument(
+        "--executor",
+        metavar="MODULE:FACTORY",
+        help="run the schedules on the concurrent.futures.Executor FACTORY() returns "
+        f"(a Dask cluster's client.get_executor(), Ray, MPI) ({parallel}; default: a "
+        "local process pool with -j)",
+    )
+    p.add_argument(
+        "--shard",
+        metavar="K/N",
+        help=f"run the K-th of N shares of the schedules, for a CI matrix ({parallel}; "
+        "default: all of them)",
     )
     p.add_argument(
         "--state",
         metavar="FILE",
-        help=f"record the seeds that passed in FILE, and resume from it ({seeded}; default: none)",
+        help="record the search in FILE (seeds passed, the corpus, failures found) and "
+        f"resume from it ({parallel}; default: none)",
     )
     p.add_argument(
         "--tape",

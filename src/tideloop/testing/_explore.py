@@ -11,7 +11,8 @@ On top of that:
   kept up to date), or ``"systematic"`` (every schedule with at most
   *bound* deviations, fewest first, each deviation a point of the run it
   deviates from; it says *exhausted* only when it ran them all and no run
-  met more points than a log keeps). Each strategy's recipe is its entry in
+  met more points than a log keeps), or ``"coverage"`` (feedback-directed:
+  ``_coverage``). Each strategy's recipe is its entry in
   ``_search.STRATEGIES``, which the plugin and the command line use too;
 - `shrink` reduces a failing run's deviations to a 1-minimal list that still
   fails (delta debugging: no single deviation of it can be dropped), then
@@ -40,6 +41,7 @@ network).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import importlib
 import inspect
@@ -549,6 +551,13 @@ class Exploration:
     tape: Tape | None = None
     seconds: float = 0.0
     shrink_runs: int = 0
+    #: Over an executor with a state file: schedules run before this run.
+    resumed: int = 0
+    #: Over an executor: the seconds its workers spent running schedules.
+    worker_seconds: float = 0.0
+    #: A worker's failure that passed when run again here (real timing in
+    #: its input): what it raised there; not shrunk, no tape.
+    unreproduced: str = ""
 
     @property
     def found(self) -> bool:
@@ -735,13 +744,21 @@ def explore(
     describe: bool = True,
     network: bool | Mapping[str, Any] | None = None,
     livelock_after: float | None = None,
+    executor: concurrent.futures.Executor | None = None,
+    jobs: int = 1,
+    state: str | Path | None = None,
+    shard: tuple[int, int] | None = None,
+    spec: str | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Exploration:
     """Run *scenario* under up to *schedules* schedules; stop at the first failure.
 
     *strategy*: ``"random"`` (seeds *seed*, *seed* + 1, ...), ``"pct"``
     (that many PCT schedules of *depth* change points, seeded the same way)
-    or ``"systematic"`` (every schedule with at most *bound* deviations, in
-    order of their number, up to *schedules* of them). A failure is shrunk
+    ``"systematic"`` (every schedule with at most *bound* deviations, in
+    order of their number, up to *schedules* of them) or ``"coverage"``
+    (mutations of the schedules that reached new code, orderings or
+    ``sometimes()`` sites; its choices seeded by *seed*). A failure is shrunk
     (unless *shrink_failure* is false) and returned as a `Tape`. A run
     longer than *timeout* seconds of loop time fails (`RunTimeout`).
     *wakeups* turns on the opt-in variation of how many iterations a task's
@@ -755,6 +772,18 @@ def explore(
     (*seed*, *seed* + 1, ...; virtual time then), recorded in the tape.
     *livelock_after*: fail a run that livelocks (`Livelock`) for that many
     seconds of loop time.
+
+    Over many processes or machines (``_scale``; a seeded or learning
+    strategy): *executor*, any ``concurrent.futures.Executor`` (a Dask
+    cluster's ``client.get_executor()``; the caller shuts it down), or
+    *jobs* > 1 for a local process pool of that many (with an executor,
+    *jobs* says how many workers it has). The scenario travels to the
+    workers pickled (a module-level function), or as *spec*,
+    ``MODULE:FUNCTION``, which they import. *state*: a file that records
+    the search (seeds passed, the corpus, failures), resumed from when it
+    exists. *shard*: (K, N), the K-th of N shares of the schedules (a CI
+    matrix). *say*: where to say what such a search does. The first
+    failure is run again here, shrunk and made a tape as above.
     """
     recipe = STRATEGIES.get(strategy)
     if schedules < 1:
@@ -774,9 +803,10 @@ def explore(
     failing: DecisionLog | None = None
     failure: BaseException | None = None
     found_by = ""
-    search = recipe.search(Options(depth=depth, bound=bound))
+    search = recipe.search(Options(depth=depth, bound=bound, seed=seed))
     last: DecisionLog | None = None
-    first = search.first()
+    parallel = executor is not None or jobs > 1 or state is not None or shard is not None
+    first = None if parallel else search.first()
     if first is not None:
         last, exc = attempt(
             scenario, first, virtual_time=virtual_time, timeout=timeout, network_seed=seed, **mode
@@ -785,25 +815,75 @@ def explore(
         if exc is not None:
             failing, failure, found_by = last, exc, "the unperturbed schedule"
     i = 0
-    while failing is None and result.schedules < schedules:
-        chosen = search.next(seed + i, last)
-        if chosen is None:
-            result.exhausted = search.exhausted
-            break
-        i += 1
-        run_seed = seed + i
-        last, exc = attempt(
-            scenario,
-            chosen,
+    if parallel:
+        from ._scale import search as search_over  # it runs `attempt`: imported late
+
+        net_seed = scenario.seed if isinstance(scenario, NetworkScenario) else seed
+        searched = search_over(
+            spec or scenario,
+            strategy=strategy,
+            schedules=schedules,
+            seed=seed,
+            options=Options(depth=depth, bound=bound, seed=seed),
             virtual_time=virtual_time,
             timeout=timeout,
-            network_seed=run_seed,
-            **mode,
+            wakeups=wakeups,
+            network=options,
+            network_seed=net_seed,
+            executor=executor,
+            jobs=jobs,
+            state=state,
+            shard=shard,
+            key={
+                "scenario": spec or name or getattr(scenario, "__qualname__", repr(scenario)),
+                "depth": depth,
+                "bound": bound,
+                "virtual_time": virtual_time,
+                "wakeups": wakeups,
+                "network_seed": net_seed,
+            },
+            say=say,
         )
-        result.schedules += 1
-        if exc is not None:
-            failing, failure, found_by = last, exc, chosen.describe()
-            failing_seed = run_seed
+        result.schedules, result.resumed = searched.schedules, searched.resumed
+        result.worker_seconds = searched.worker_seconds
+        found = searched.found
+        if found is not None:
+            # Again here: the log to shrink, and the exception.
+            last, exc = attempt(
+                scenario,
+                found.strategy,
+                virtual_time=virtual_time,
+                timeout=timeout,
+                network_seed=found.seed,
+                **mode,
+            )
+            if exc is None:
+                result.unreproduced = found.failure
+            else:
+                failing, failure, found_by = last, exc, found.strategy.describe()
+                failing_seed = found.seed
+    try:
+        while not parallel and failing is None and result.schedules < schedules:
+            chosen = search.next(seed + i, last)
+            if chosen is None:
+                result.exhausted = search.exhausted
+                break
+            i += 1
+            run_seed = seed + i
+            last, exc = attempt(
+                scenario,
+                chosen,
+                virtual_time=virtual_time,
+                timeout=timeout,
+                network_seed=run_seed,
+                **mode,
+            )
+            result.schedules += 1
+            if exc is not None:
+                failing, failure, found_by = last, exc, chosen.describe()
+                failing_seed = run_seed
+    finally:
+        search.close()
     if failing is not None and failure is not None:
         original = len(failing.deviations)
         if shrink_failure:
@@ -851,10 +931,7 @@ def explore(
 
 
 # ----------------------------------------------------------------------
-# Worker processes (``python -m tideloop.testing explore -j``)
-
-#: Seeds a worker runs between two reports to the parent (and state saves).
-BATCH: Final = 20
+# Scenarios by name (the command line, and workers: ``_scale``)
 
 
 def load_scenario(spec: str) -> Scenario | NetworkScenario:
@@ -888,54 +965,6 @@ def load_scenario(spec: str) -> Scenario | NetworkScenario:
         )
     scenario: Scenario = target
     return scenario
-
-
-@dataclass
-class SeedJob:
-    """What a worker process runs: these seeds of this scenario, under a seeded
-    strategy (`Recipe.strategy`: its *options* and the *length* measured)."""
-
-    scenario: str
-    strategy: str
-    seeds: list[int]
-    options: Options
-    length: int
-    virtual_time: bool
-    timeout: float | None
-    wakeups: bool = False
-    #: A `NetworkScenario`'s network seed.
-    network_seed: int = 0
-
-
-def run_seeds(job: SeedJob, out: Any) -> None:
-    """A worker process's body: run the seeds, report batches, stop at a failure.
-
-    Messages on *out*: ``("passed", seeds)``, ``("failed", seed, text)``,
-    ``("finished",)``.
-    """
-    scenario = load_scenario(job.scenario)
-    if isinstance(scenario, NetworkScenario):
-        scenario.seed = job.network_seed
-    recipe = STRATEGIES.get(job.strategy)
-    done: list[int] = []
-    for seed in job.seeds:
-        _, exc = attempt(
-            scenario,
-            recipe.strategy(seed, job.options, job.length),
-            virtual_time=job.virtual_time,
-            timeout=job.timeout,
-            wakeups=job.wakeups,
-        )
-        if exc is not None:
-            out.put(("passed", done))
-            out.put(("failed", seed, _describe_failure(exc)))
-            return
-        done.append(seed)
-        if len(done) >= BATCH:
-            out.put(("passed", done))
-            done = []
-    out.put(("passed", done))
-    out.put(("finished",))
 
 
 def replay(scenario: Scenario | NetworkScenario, tape: Tape | str | Path) -> DecisionLog:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from tideloop._loop import Loop
 
-from . import _where
+from . import _coverage, _where
 from ._report import hide_loop_frames, task_text
 
 
@@ -109,6 +109,7 @@ class _Checks:
                 )
         for key, (predicate, waiter) in list(self.eventually.items()):
             if not waiter.done() and predicate():
+                _coverage.note("eventually", _name(predicate))  # a coverage search counts it
                 waiter.set_result(None)
                 del self.eventually[key]
         if not self.eventually and not self.always:

@@ -21,7 +21,11 @@ texts the options offer, the error for a name it does not know, and the
 - an **enumerating** strategy walks a space (``enumerate(options)``: an
   `Enumeration`, whose ``next(last)`` makes the next schedule from the last
   run's log) until it runs out, and says in words what that space is
-  (``space(options)``) for the report that it was exhausted.
+  (``space(options)``) for the report that it was exhausted. An unbounded
+  one (``coverage``: ``_coverage.Coverage``, which learns from what each
+  run reached and mutates the schedules that reached something new) has
+  no space and never runs out; a search that ends early calls its
+  ``close`` (`Search.close`), if it has one.
 
 Shrinking and tapes are the same for every strategy (a failure is its
 deviations, replayed by ``ReplayStrategy``), so a recipe says nothing of
@@ -34,7 +38,8 @@ Adding a strategy is one class and one entry:
 2. a `Recipe` in `STRATEGIES` below: its name, the class, a few words for
    help texts, and ``make`` (seeded, with ``measure`` if it needs the
    decision count) or ``enumerate`` and ``space`` (enumerating), and
-   ``uses``, the `Options` fields it reads (the plugin and the command line
+   ``learns`` for an enumeration that is a `Learning` (it then runs over
+   an executor too), and ``uses``, the `Options` fields it reads (the plugin and the command line
    refuse one given to a strategy that ignores it). Options it needs beyond
    `Options` (*depth*, *bound*) are a field there, and an option of the
    plugin and of the command line.
@@ -46,6 +51,8 @@ Invariants:
 - Every consumer of a strategy name goes through `STRATEGIES`: no code
   outside this module compares a strategy's name.
 - A recipe is seeded or enumerating, never both (`Recipe.__post_init__`).
+- Every driver of a `Search` closes it when it stops (`Search.close`), so
+  an enumeration that measures its runs never measures anything else.
 - A `Search` makes the same schedules as the recipe's parts make on their
   own: the same seed and what was learned (*length*, the last log) give the
   same strategy, in a process of its own too.
@@ -54,10 +61,11 @@ Invariants:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
+from ._coverage import Coverage
 from ._strategy import (
     LOG_LIMIT,
     Decision,
@@ -78,6 +86,8 @@ class Options:
     depth: int = 2
     #: systematic: at most this many deviations per schedule.
     bound: int = 2
+    #: coverage: the seed of its mutations (a search's first seed).
+    seed: int = 0
 
 
 class Enumeration(Protocol):
@@ -89,6 +99,36 @@ class Enumeration(Protocol):
     def next(self, last: DecisionLog | None) -> Strategy | None:
         """The next schedule, after the run whose log is *last* (None: no run
         yet, or it built no perturbed loop); None when the space has run out."""
+        ...
+
+
+class Learning(Enumeration, Protocol):
+    """An enumeration that can hand out many schedules before it learns from
+    their runs (``coverage``): a search over an executor (``_scale``) runs
+    them in other processes and feeds back what each reached."""
+
+    #: The schedules kept so far (empty: nothing to mutate yet).
+    corpus: list[Any]
+
+    def propose(self) -> dict[Point, int]:
+        """The next schedule's deviations, from what it has learned so far."""
+        ...
+
+    def learn(
+        self,
+        deviations: dict[Point, int],
+        features: Iterable[int],
+        points: list[tuple[Point, int]] | None = None,
+    ) -> bool:
+        """A run of *deviations* reached *features*, meeting *points*."""
+        ...
+
+    def to_json(self) -> dict[str, Any]:
+        """What it learned, for a state file."""
+        ...
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        """Take up what a state file says it learned."""
         ...
 
 
@@ -109,8 +149,11 @@ class Recipe:
     by_seed: bool = False
     #: Enumerating: the space, walked from the unperturbed schedule.
     enumerate: Callable[[Options], Enumeration] | None = None
-    #: Enumerating: the space in words ("every schedule with at most 2 deviation(s)").
+    #: Enumerating: the space in words ("every schedule with at most 2
+    #: deviation(s)"); None for an unbounded one (coverage), never exhausted.
     space: Callable[[Options], str] | None = None
+    #: Enumerating: its enumeration is a `Learning` (runs over an executor).
+    learns: bool = False
     #: The `Options` fields its schedules read ("depth", "bound"): a search
     #: given another one refuses it (`Registry.unused`), rather than ignore it.
     uses: frozenset[str] = frozenset()
@@ -118,8 +161,6 @@ class Recipe:
     def __post_init__(self) -> None:
         if (self.make is None) == (self.enumerate is None):
             raise ValueError(f"strategy {self.name!r}: give one of make (seeded) and enumerate")
-        if self.enumerate is not None and self.space is None:
-            raise ValueError(f"strategy {self.name!r}: an enumerating strategy says its space")
 
     @property
     def seeded(self) -> bool:
@@ -161,6 +202,13 @@ class Search:
 
     def first(self) -> Strategy | None:
         return self.recipe.first()
+
+    def close(self) -> None:
+        """The search ended (a failure, its budget): an enumeration that
+        measures its runs (coverage) stops measuring."""
+        close = getattr(self._enumeration, "close", None)
+        if close is not None:
+            close()
 
     def next(self, seed: int, last: DecisionLog | None) -> Strategy | None:
         """The next schedule's strategy: seed *seed*'s, after the run whose log is
@@ -250,6 +298,20 @@ class Registry:
         """The strategies whose searches split over processes by seed."""
         return tuple(name for name, recipe in self._by_name.items() if recipe.seeded)
 
+    def parallel_names(self) -> tuple[str, ...]:
+        """The strategies a search runs over processes (seeded, or learning)."""
+        return tuple(
+            name for name, recipe in self._by_name.items() if recipe.seeded or recipe.learns
+        )
+
+    def learning(self, name: str, options: Options) -> Learning:
+        """Strategy *name*'s enumeration, to run over an executor."""
+        recipe = self.get(name)
+        assert recipe.enumerate is not None and recipe.learns, f"{name} does not learn"
+        enumeration: Any = recipe.enumerate(options)
+        learning: Learning = enumeration
+        return learning
+
     def get(self, name: str) -> Recipe:
         """The strategy named *name*; ValueError naming the known ones if none is."""
         recipe = self._by_name.get(name)
@@ -297,5 +359,12 @@ STRATEGIES: Final = Registry(
         enumerate=lambda options: Systematic(options.bound),
         space=lambda options: f"every schedule with at most {options.bound} deviation(s)",
         uses=frozenset({"bound"}),
+    ),
+    Recipe(
+        "coverage",
+        ReplayStrategy,
+        "mutates the schedules that reached new code, orderings or sometimes() sites, rarest first",
+        enumerate=lambda options: Coverage(options.seed),
+        learns=True,
     ),
 )

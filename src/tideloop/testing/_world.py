@@ -51,7 +51,7 @@ from typing import Any, Final
 
 from tideloop._loop import Loop
 
-from . import _files, _wallclock
+from . import _coverage, _files, _wallclock
 from ._patching import Patches
 from ._sim import SimNetwork
 from ._sim.clocks import EPOCH
@@ -134,7 +134,10 @@ def sometimes(probability: float = 0.25) -> bool:
     # A site is named by file, function and line, not by path: the same
     # seed enables the same sites in another checkout.
     site = f"{os.path.basename(code.co_filename)}:{code.co_name}:{caller.f_lineno}"
-    return net.sometimes_fires(site, probability)
+    fired = net.sometimes_fires(site, probability)
+    if fired:
+        _coverage.note("sometimes", site)  # a coverage search counts its first firing
+    return fired
 
 
 def _run_once(scenario: Scenario, seed: int, network_options: dict[str, Any]) -> list[LogEntry]:

@@ -928,24 +928,27 @@ class _SeedRunner:
             return
         n = len(seeds)
         base = seeds[0] or 0
-        search = plugin.strategy.search(Options(depth=plugin.depth, bound=plugin.bound))
+        search = plugin.strategy.search(Options(depth=plugin.depth, bound=plugin.bound, seed=base))
         log: DecisionLog | None = None
         start = 0
         first = search.first()
         if first is not None:
             log = yield base, first
             start = 1
-        for i in range(start, n):
-            strategy = search.next(base + i, log)
-            if strategy is None:
-                self._note = (
-                    f"{search.space} passed ({i} schedules: exhausted)"
-                    if search.exhausted
-                    else f"{i} schedules passed (a run met more decision points than a "
-                    "log keeps: not exhausted)"
-                )
-                return
-            log = yield base + i, strategy
+        try:
+            for i in range(start, n):
+                strategy = search.next(base + i, log)
+                if strategy is None:
+                    self._note = (
+                        f"{search.space} passed ({i} schedules: exhausted)"
+                        if search.exhausted
+                        else f"{i} schedules passed (a run met more decision points than a "
+                        "log keeps: not exhausted)"
+                    )
+                    return
+                log = yield base + i, strategy
+        finally:
+            search.close()
 
     def _run(
         self, item: pytest.Item, seed: int | None, strategy: Strategy | None
@@ -984,6 +987,7 @@ class _SeedRunner:
                     explored.slept += last.slept
                 if any(r.failed for r in reports):
                     explored.seconds = progress.elapsed
+                    schedules.close()  # the search ends: a coverage probe stops before shrinking
                     explored.failure = self._failed(
                         item,
                         seed=seed,
@@ -1001,6 +1005,8 @@ class _SeedRunner:
                 seed, strategy = schedules.send(last)
         except StopIteration:
             pass
+        finally:
+            schedules.close()  # a search that measures its runs stops now
         if not explored.failure:
             explored.seconds = progress.elapsed
         explored.note = self._note
