@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import multiprocessing
 import multiprocessing.resource_tracker
 import sys
 from pathlib import Path
@@ -58,14 +59,20 @@ def test_a_process_pool_runs_the_coverage_search_and_the_failure_is_shrunk_here(
         planted.race, strategy="coverage", schedules=1000, virtual_time=True, jobs=2
     )
     assert result.tape is not None, result
-    assert len(result.tape.deviations) == 2
+    # 2 deviations make the race; results arrive in any order, so the corpus
+    # (and the schedule found) varies, and a one-at-a-time shrink may keep
+    # one more whose removal moves the others (test_a_dask_cluster_...).
+    assert 2 <= len(result.tape.deviations) <= 3
     assert result.worker_seconds > 0
     with pytest.raises(AssertionError):
         testing.replay(planted.race, result.tape)
 
 
 def test_a_given_executor_is_used_and_left_to_its_owner() -> None:
-    with concurrent.futures.ProcessPoolExecutor(2) as pool:
+    # spawn, as explore's own pool: from 3.14 the default is forkserver,
+    # whose server (and its socket) outlives the pool, for the process.
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=spawn) as pool:
         result = testing.explore(
             timers_at_the_same_instant, strategy="random", virtual_time=True, executor=pool
         )
@@ -159,8 +166,18 @@ def test_a_dask_cluster_runs_the_search(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert code == 1, out
-    assert "2 deviation(s) from the unperturbed schedule" in out, out
-    assert json.loads(tape.read_text())["found_by"].startswith("coverage, a schedule of")
+    recorded = json.loads(tape.read_text())
+    assert recorded["found_by"].startswith("coverage, a schedule of")
+    # Shrunk to a schedule each of whose deviations matters: the planted
+    # race needs 2; the workers' results come back in any order, so the
+    # schedule found (and what it shrinks to, removing one at a time) may
+    # hold one more that the others' positions depend on.
+    assert 2 <= len(recorded["deviations"]) <= 3, out
+    assert f"{len(recorded['deviations'])} deviation(s) from the unperturbed schedule" in out, out
+    code, out = _cli(
+        "replay", "scenarios.races:handover_after_a_clean_epoch", str(tape), cwd=tmp_path
+    )
+    assert code == 1 and "fails" in out, out
     code, out = _cli(
         "explore",
         "scenarios.races:timers_at_the_same_instant",  # virtual time: replays exactly here

@@ -73,6 +73,7 @@ from types import CodeType, FrameType
 from typing import Any, Final
 
 from ._strategy import DecisionLog, Point, ReplayStrategy
+from ._where import absolute
 
 _MASK: Final = (1 << 63) - 1
 
@@ -98,16 +99,16 @@ def _mix(*parts: int) -> int:
 def _excluded_roots() -> tuple[str, ...]:
     import tideloop
 
-    roots = {os.path.dirname(os.path.abspath(tideloop.__file__))}
-    roots.add(os.path.dirname(os.path.abspath(asyncio.__file__)))
+    roots = {os.path.dirname(absolute(tideloop.__file__))}
+    roots.add(os.path.dirname(absolute(asyncio.__file__)))
     paths = sysconfig.get_paths()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = paths.get(key)
         if path:
-            roots.add(os.path.abspath(path))
+            roots.add(absolute(path))
     for path in sys.path:
         if path.rstrip(os.sep).endswith(("site-packages", "dist-packages")):
-            roots.add(os.path.abspath(path))
+            roots.add(absolute(path))
     return tuple(root.rstrip(os.sep) + os.sep for root in roots)
 
 
@@ -124,7 +125,7 @@ def in_scope(filename: str) -> bool:
     global _EXCLUDED
     if _EXCLUDED is None:
         _EXCLUDED = _excluded_roots()
-    ours = not filename.startswith("<") and not os.path.abspath(filename).startswith(_EXCLUDED)
+    ours = not filename.startswith("<") and not absolute(filename).startswith(_EXCLUDED)
     _SCOPE[filename] = ours
     return ours
 

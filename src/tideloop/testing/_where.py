@@ -106,6 +106,13 @@ def short_path(filename: str) -> str:
     return filename
 
 
+def absolute(path: str) -> str:
+    """*path* made absolute and normalized, lexically: a relative one against
+    the directory at import (``os.path.abspath`` calls getcwd(), which
+    blockbuster fails on a loop's thread, where this runs)."""
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(_CWD, path))
+
+
 def source_line(filename: str, lineno: int) -> str:
     """The stripped text of a line of source ("" when it cannot be read)."""
     return linecache.getline(filename, lineno).strip()
