@@ -51,7 +51,8 @@ Facts / what this means for us:
   timeout such as ``threading.Timer``'s, a blocking ``recv`` or C call made
   from the thread's own code) is *busy*, and holds the clock for a while.
   Which while depends on whether it *computes*: the kernel keeps each
-  thread's CPU time (``pthread_getcpuclockid``), so a thread that used at
+  thread's CPU time (``pthread_getcpuclockid``; on PyPy, which lacks it,
+  procfs's ``schedstat``), so a thread that used at
   least `COMPUTING` of a CPU since it was first seen busy is at work, and
   holds the clock for up to `COMPUTE_GRACE` real seconds (a job hashing a
   file); one that did not (asleep, or blocked in a call tideloop cannot
@@ -257,6 +258,10 @@ _POOL_WORKER: Final = ("thread.py", "_worker")
 
 #: Instructions that only set up a call: skipped when reading one.
 _CALL_NOISE: Final = frozenset({"PRECALL", "CACHE", "PUSH_NULL", "NOP", "EXTENDED_ARG"})
+#: Calls (PyPy's bytecode is 3.10's: CALL_METHOD, CALL_FUNCTION), and calls
+#: with keyword names, which the instruction before loads as a constant.
+_CALLS: Final = frozenset({"CALL", "CALL_METHOD", "CALL_FUNCTION"})
+_KW_CALLS: Final = frozenset({"CALL_KW", "CALL_FUNCTION_KW"})
 #: Instructions that load a name.
 _NAME_LOADS: Final = frozenset(
     {
@@ -323,11 +328,11 @@ def _call_at(frame: FrameType) -> _Call | None:
     if ins.opname == "BEFORE_WITH":  # 3.11 to 3.13: entering ``with X:``
         found = _value(frame, instructions, i - 1)
         return None if found is None else (_method(found[0], "__enter__"), (), {})
-    if ins.opname not in ("CALL", "CALL_KW") or not isinstance(ins.arg, int):
+    if (ins.opname not in _CALLS and ins.opname not in _KW_CALLS) or not isinstance(ins.arg, int):
         return None
     k = _skip_noise(instructions, i - 1)
     names: tuple[str, ...] = ()
-    if ins.opname == "CALL_KW" or instructions[k].opname == "KW_NAMES":  # 3.13 / 3.11, 3.12
+    if ins.opname in _KW_CALLS or instructions[k].opname == "KW_NAMES":  # 3.13, PyPy / 3.11, 3.12
         names_ins = instructions[k]
         found_names = names_ins.argval
         if not isinstance(found_names, tuple) and isinstance(names_ins.arg, int):
@@ -504,7 +509,8 @@ def _blocked(call: _Call) -> _Blocked:
         return _NOT_BLOCKED
     owner = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
-    if isinstance(owner, _LOCK_TYPES) and name in ("acquire", "__enter__"):
+    # (PyPy names a lock's acquire "acquire_lock".)
+    if isinstance(owner, _LOCK_TYPES) and name in ("acquire", "acquire_lock", "__enter__"):
         untimed = not kwargs and args in ((), (True,), (True, -1))
         untimed = untimed or (not args and kwargs in ({"blocking": True}, {"timeout": -1}))
         # settle: from 3.13 a released lock is handed to its waiter at
@@ -626,14 +632,43 @@ def _cpu_time(ident: int) -> float | None:
 
     Call it with the GIL held since ``sys._current_frames()`` named the
     thread: a thread with a Python frame cannot end without the GIL, so
-    *ident* still names a live thread.
+    *ident* still names a live thread (``pthread_getcpuclockid`` of an
+    ended one is undefined). Where ``time`` has no per-thread clock
+    (PyPy), procfs says, by the thread's kernel id (`_task_file`).
     """
     if _cpu_clock_of is None or _clock_gettime is None:
-        return None
+        # /proc/self/task/TID/schedstat: "ns on the CPU, ns waiting, slices".
+        schedstat = _task_file(ident, "schedstat")
+        if not schedstat:
+            return None
+        try:
+            return int(schedstat.split()[0]) / 1e9
+        except (IndexError, ValueError):
+            return None
     try:
         return _clock_gettime(_cpu_clock_of(ident))
     except (OSError, OverflowError, ValueError):
         return None
+
+
+def _task_file(ident: int, name: str) -> bytes | None:
+    """The text of ``/proc/self/task/TID/NAME`` for the thread *ident* (None if
+    threading does not know its kernel id, or procfs cannot say). Opened
+    non-blocking: procfs answers at once, and blockbuster fails a blocking
+    read on a loop's thread."""
+    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
+    if native is None:
+        return None
+    try:
+        fd = os.open(f"/proc/self/task/{native}/{name}", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 512)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _runnable(ident: int) -> bool:
@@ -643,22 +678,11 @@ def _runnable(ident: int) -> bool:
     A thread the program's action has just woken (its ``read`` returned)
     but the CPU has not run yet shows no sign of it anywhere else: its
     frame and CPU time are the wait's. (Waiting for the GIL, it sleeps in
-    the kernel, but then it has run, and its CPU time moved.) The file is
-    opened non-blocking: procfs answers at once.
+    the kernel, but then it has run, and its CPU time moved.)
     """
-    native = next((t.native_id for t in threading.enumerate() if t.ident == ident), None)
-    if native is None:
+    stat = _task_file(ident, "stat")
+    if stat is None:
         return False
-    try:
-        fd = os.open(f"/proc/self/task/{native}/stat", os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        stat = os.read(fd, 512)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
     # "TID (comm) S ...": the state follows the last ")" (comm may hold one).
     fields = stat[stat.rfind(b")") + 1 :].split()
     return bool(fields) and fields[0] == b"R"

@@ -72,6 +72,8 @@ from typing import Any, Final, Literal
 
 #: The unit a torn write is kept or lost in.
 SECTOR: Final = 512
+#: The access-mode bits of open(2)'s flags (PyPy's os has no O_ACCMODE).
+_ACCMODE: Final = getattr(os, "O_ACCMODE", os.O_RDONLY | os.O_WRONLY | os.O_RDWR)
 
 Unsynced = Literal["torn", "lost"]
 
@@ -404,7 +406,7 @@ class Disks:
 
     def open(self, host: str, mount: Mount, relative: str, flags: int) -> int:
         absolute = mount.absolute(relative)
-        access = flags & os.O_ACCMODE
+        access = flags & _ACCMODE
         if flags & getattr(os, "O_TMPFILE", 0) == getattr(os, "O_TMPFILE", -1):
             raise error(errno.EOPNOTSUPP, absolute)
         with self.lock:
@@ -627,6 +629,8 @@ class Disks:
             links = 1
             size = len(inode.data)
         ns_m, ns_c = int(inode.mtime * 1e9), int(inode.ctime * 1e9)
+        # The ten fields of the sequence, then the rest by name: their
+        # positions differ between CPython and PyPy.
         return os.stat_result(
             (
                 mode,
@@ -639,16 +643,18 @@ class Disks:
                 int(inode.mtime),
                 int(inode.mtime),
                 int(inode.ctime),
-                inode.mtime,
-                inode.mtime,
-                inode.ctime,
-                ns_m,
-                ns_m,
-                ns_c,
-                4096,
-                (size + 511) // 512,
-                0,
-            )
+            ),
+            {
+                "st_atime": inode.mtime,
+                "st_mtime": inode.mtime,
+                "st_ctime": inode.ctime,
+                "st_atime_ns": ns_m,
+                "st_mtime_ns": ns_m,
+                "st_ctime_ns": ns_c,
+                "st_blksize": 4096,
+                "st_blocks": (size + 511) // 512,
+                "st_rdev": 0,
+            },
         )
 
     def is_dir_fd(self, fd: int) -> bool:
