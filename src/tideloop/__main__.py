@@ -49,6 +49,7 @@ from ._core.native import core_description
 from ._entry import install_policy
 from ._stats import StatsCollector
 from ._trace import Trace
+from ._versions import CANT_OPEN_QUOTES_PATH
 
 USAGE = """\
 usage: python -m tideloop [--version] [--stats [--slow-threshold SECONDS]]
@@ -167,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                 with open(path, "rb"):
                     pass
             except OSError as exc:
+                shown = repr(path) if CANT_OPEN_QUOTES_PATH else path
                 sys.stderr.write(
-                    f"{prog}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}\n"
+                    f"{prog}: can't open file {shown}: [Errno {exc.errno}] {exc.strerror}\n"
                 )
                 return 2
     install_policy()

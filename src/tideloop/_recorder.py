@@ -191,6 +191,7 @@ from ._core.handles import LockedRun
 from ._loop import NEW_LOOP_OBSERVERS, Loop
 from ._pollers import READER_BITS, WRITER_BITS
 from ._transports.subprocess import SubprocessTransport
+from ._versions import FUTURE_AWAIT_CODE
 
 __all__ = ["Event", "RecordedJob", "Recorder", "Site", "TaskInfo", "site_text"]
 
@@ -333,7 +334,7 @@ def suspension(coro: Any) -> tuple[Site | None, str | None]:
     while coro is not None and depth < _MAX_DEPTH:
         depth += 1
         frame: FrameType | None = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
+        if frame is None or frame.f_code is FUTURE_AWAIT_CODE:
             break
         code = frame.f_code
         if _is_library(code.co_filename):
@@ -354,7 +355,7 @@ def await_chain(task: asyncio.Task[Any]) -> tuple[Site, ...]:
     coro: Any = task.get_coro()
     while coro is not None and len(frames) < _MAX_DEPTH:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
+        if frame is None or frame.f_code is FUTURE_AWAIT_CODE:
             break
         frames.append(_code_site(frame.f_code, frame.f_lineno))
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
@@ -403,14 +404,26 @@ _LOOP_CLASSES: Final = frozenset(
     {c.__name__ for c in Loop.__mro__ if c is not object} | {"BaseEventLoop"}
 )
 _ASYNCIO_DIR: Final = _LIBRARY_DIRS[0]
+#: The pure-Python Task's step (PyPy's only Task; CPython's C Task shows no
+#: frame): a task's coroutine runs inside it, so it belongs to the run
+#: phase, not to the library call the program made.
+_PY_TASK_STEPS: Final = frozenset(
+    member.__code__
+    for name, member in vars(getattr(asyncio.tasks, "_PyTask", asyncio.Task)).items()
+    if name.startswith(("_Task__step", "_Task__wakeup")) and hasattr(member, "__code__")
+)
 #: The frames a callback runs in (its handle's ``_run``, the loop's timed
 #: run phase, where a recorder makes every callback run): a walk out of a
 #: callback stops there.
-_RUN_PHASE: Final = frozenset(
-    cls.__dict__["_run"].__code__
-    for cls in (asyncio.Handle, getattr(asyncio.events, "_ThreadSafeHandle", asyncio.Handle))
-    if "_run" in cls.__dict__
-) | {Loop._run_ready_timed.__code__, Loop._run_handle_debug.__code__}
+_RUN_PHASE: Final = (
+    frozenset(
+        cls.__dict__["_run"].__code__
+        for cls in (asyncio.Handle, getattr(asyncio.events, "_ThreadSafeHandle", asyncio.Handle))
+        if "_run" in cls.__dict__
+    )
+    | {Loop._run_ready_timed.__code__, Loop._run_handle_debug.__code__}
+    | _PY_TASK_STEPS
+)
 
 
 def _api_name(code: CodeType) -> str:

@@ -30,11 +30,13 @@ __all__ = [
     "ANY_NON_STREAM_SOCK",
     "BIND_MESSAGE_STRERROR",
     "BIND_SKIPS_EADDRNOTAVAIL",
+    "CANT_OPEN_QUOTES_PATH",
     "CREATE_TASK_MODE",
     "CT_KWARGS",
     "CT_LEGACY",
     "CT_NAMED_KWARGS",
     "FORMAT_CALLBACK_DEBUG",
+    "FUTURE_AWAIT_CODE",
     "HANDLER_IN_CONTEXT",
     "PY312",
     "PY313",
@@ -160,3 +162,13 @@ BIND_MESSAGE_STRERROR: Final = "strerror" in _CREATE_SERVER_NAMES
 #: it: ``sys.is_remote_debug_enabled()``, off with ``-X disable_remote_debug``
 #: or ``PYTHON_DISABLE_REMOTE_DEBUG``). The console attaches through it.
 REMOTE_EXEC: Final[Any] = getattr(sys, "remote_exec", None)
+
+#: The code of ``asyncio.Future.__await__`` where it is Python (PyPy's
+#: asyncio has no C futures): a generator in every await chain that ends in
+#: a future, which CPython's C future does not show. Walkers of a task's
+#: await chain stop there, so a chain reads the same on both. None on CPython.
+FUTURE_AWAIT_CODE: Final[Any] = getattr(asyncio.Future.__await__, "__code__", None)
+
+#: python's one line for a script it cannot open names the path as its repr
+#: on CPython ("can't open file '/x.py'"), bare on PyPy.
+CANT_OPEN_QUOTES_PATH: Final = sys.implementation.name != "pypy"

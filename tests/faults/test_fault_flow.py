@@ -22,7 +22,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fault_support import Digest, DigestProtocol, MiB, Pattern, rss_bytes, run, run_measured
+from fault_support import (
+    RSS_TELLS_LEAKS,
+    Digest,
+    DigestProtocol,
+    MiB,
+    Pattern,
+    rss_bytes,
+    run,
+    run_measured,
+)
 
 
 def test_half_close_both_directions_under_load(fault_loop: asyncio.AbstractEventLoop) -> None:
@@ -144,7 +153,7 @@ def test_peer_stops_reading(fault_loop: asyncio.AbstractEventLoop) -> None:
         print(f"\npaused reader, {type(loop).__module__}: {figures}")
         assert reader.at_eof() or not reader._buffer  # type: ignore[attr-defined]
         assert max_buffered <= high + chunk, (max_buffered, high)
-        assert figures["rss_growth_mib"] < 64, figures
+        assert figures["rss_growth_mib"] < 64 or not RSS_TELLS_LEAKS, figures
         assert peer.received.hexdigest() == expected
 
     run_measured(loop, main(), figures, timeout=60)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ssl
 
 import pytest
+from fault_support import RSS_TELLS_LEAKS
 
 from bench.soak import TCP_CONNECTIONS, soak
 
@@ -43,7 +44,7 @@ def test_soak_30s(
         assert s["tasks"] <= TCP_CONNECTIONS * 2 + 20, s
     # A leak of a kilobyte per operation would grow RSS by tens of MiB here.
     growth_mib = (max(s["rss_kib"] for s in after) - first["rss_kib"]) / 1024
-    assert growth_mib < 24, (growth_mib, result.summary())
+    assert growth_mib < 24 or not RSS_TELLS_LEAKS, (growth_mib, result.summary())
     if soak_loop.startswith("tideloop"):
         last = after[-1]["metrics"]
         # The executor worker's digest and a child being started (tideloop

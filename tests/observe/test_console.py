@@ -41,7 +41,7 @@ from tideloop._versions import REMOTE_EXEC
 
 PROGRAM = textwrap.dedent(
     """
-    import asyncio, os, sys, time
+    import asyncio, gc, os, sys, time
     import tideloop
 
     async def spin():
@@ -83,6 +83,7 @@ PROGRAM = textwrap.dedent(
         await asyncio.sleep(0.01)
         del t
         never()
+        gc.collect()  # PyPy: both are reported when collected
         proc = await asyncio.create_subprocess_exec(
             "sleep", "30", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
         )

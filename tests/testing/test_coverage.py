@@ -180,7 +180,10 @@ def test_it_finds_each_deep_race_within_its_budget(planted: Planted) -> None:
         planted.race, strategy="coverage", schedules=1000, virtual_time=planted.virtual_time
     )
     assert found.tape is not None, found
-    assert len(found.tape.deviations) == needed  # shrunk: each one matters
+    # Shrunk (one deviation removed at a time while it still fails) to what
+    # the race needs; on PyPy (line probes by settrace, another corpus) the
+    # schedule found may shrink to one more, whose removal moves the others.
+    assert needed <= len(found.tape.deviations) <= needed + 1
     assert found.tape.kind == "ordering"
     for _ in range(2):
         with pytest.raises(AssertionError):

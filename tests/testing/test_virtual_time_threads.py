@@ -12,6 +12,7 @@ themselves.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import concurrent.futures
 import os
@@ -510,6 +511,39 @@ def test_a_baseline_forgets_ended_threads_and_keeps_live_ones() -> None:
     assert runner.ident not in baseline
     assert threading.get_ident() not in Baseline()  # empty: nothing to refresh
     Baseline().refresh(sys._current_frames())
+
+
+def test_a_baseline_knows_a_thread_threading_does_not_by_its_outermost_frame() -> None:
+    """A thread started with ``_thread`` (execnet's, under pytest-xdist) is in
+    no ``threading.enumerate()``: it stays while it runs, and is forgotten
+    once ended, though a new thread takes its ident."""
+    stop, ended = threading.Event(), threading.Event()
+    started: list[int] = []
+
+    def poll() -> None:
+        started.append(threading.get_ident())
+        while not stop.is_set():
+            time.sleep(0.002)
+        ended.set()
+
+    _thread.start_new_thread(poll, ())
+    while not started:
+        time.sleep(0.002)
+    [ident] = started
+    try:
+        baseline = runner_threads()
+        assert ident in baseline
+        baseline.refresh(sys._current_frames())
+        assert ident in baseline
+    finally:
+        stop.set()
+        assert ended.wait(5)
+    time.sleep(0.05)  # past its last frame
+    taker = threading.Thread(target=stop.wait)  # returns at once: stop is set
+    taker.start()
+    taker.join()
+    baseline.refresh(sys._current_frames())
+    assert ident not in baseline
 
 
 async def _outlive_the_runner(runner: _Runner, reused: list[bool]) -> str:

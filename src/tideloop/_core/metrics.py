@@ -62,6 +62,8 @@ from time import monotonic as _real_time
 from time import sleep as _yield_gil
 from typing import Any, Final, NamedTuple, Protocol
 
+from tideloop._versions import FUTURE_AWAIT_CODE
+
 #: Upper bounds (seconds) of the lag histogram's buckets; a last bucket
 #: counts everything above the last bound.
 LAG_BOUNDS: Final[tuple[float, ...]] = (
@@ -231,7 +233,7 @@ def coroutine_stack(task: asyncio.Task[Any]) -> tuple[traceback.FrameSummary, ..
     coro: Any = task.get_coro()
     while coro is not None:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
+        if frame is None or frame.f_code is FUTURE_AWAIT_CODE:
             break
         frames.append(
             traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)

@@ -49,6 +49,7 @@ from typing import Any, Final
 
 from tideloop._core.debug import full_frames
 from tideloop._loop import Loop
+from tideloop._versions import FUTURE_AWAIT_CODE
 
 from . import _where
 from ._deadlock import _await_chain
@@ -90,7 +91,7 @@ def _site(task: asyncio.Task[Any]) -> str | None:
     depth = 0
     while awaited is not None and depth < 32:
         frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-        if frame is None:
+        if frame is None or frame.f_code is FUTURE_AWAIT_CODE:
             break
         innermost = frame
         # (Not os.path.abspath: this runs on the loop's thread, where its

@@ -790,41 +790,52 @@ class Baseline(set[int]):
     when a runner thread turns out to be a producer of the loop's work).
     """
 
-    __slots__ = ("_threads",)
+    __slots__ = ("_bottoms", "_threads")
 
     def __init__(self, idents: Iterable[int] = ()) -> None:
         super().__init__(idents)
         by_ident = {t.ident: t for t in threading.enumerate()}
+        frames = sys._current_frames()
         #: ident -> its Thread object when it was taken (None: a thread
         #: threading does not know, started with ``_thread``, as execnet's)
         self._threads: dict[int, threading.Thread | None] = {i: by_ident.get(i) for i in self}
+        #: ident -> the outermost frame of a thread threading does not know:
+        #: it runs in that frame until it ends
+        self._bottoms: dict[int, FrameType] = {
+            i: _outermost(frames[i]) for i in self if by_ident.get(i) is None and i in frames
+        }
 
-    def refresh(self, frames: Mapping[int, object]) -> None:
+    def refresh(self, frames: Mapping[int, FrameType]) -> None:
         """Forget the members that ended, or whose ident a new thread took.
 
         *frames*: ``sys._current_frames()``, read just before. A thread
         threading knows is the same only while threading still lists its
         Thread object under its ident (it is taken off just before its
         last frames end: then it is about to be gone, and watching it does
-        no harm). One threading did not know stays while it has a frame,
-        unless a ``threading.Thread`` of its own now has the ident (a
-        ``_thread`` thread can only ever show up as a dummy one).
+        no harm). One threading did not know is the same while its
+        outermost frame is the one it had.
         """
         if not self:
             return
         now = {t.ident: t for t in threading.enumerate()}
-        taken = self._threads
         for ident in list(self):
-            then, thread = taken.get(ident), now.get(ident)
+            then = self._threads.get(ident)
             if then is not None:
-                same = thread is then
-            elif thread is None:
-                same = ident in frames
+                same = now.get(ident) is then
             else:
-                same = isinstance(thread, threading._DummyThread)
+                frame, bottom = frames.get(ident), self._bottoms.get(ident)
+                same = frame is not None and (bottom is None or _outermost(frame) is bottom)
             if not same:
                 self.discard(ident)
-                taken.pop(ident, None)
+                self._threads.pop(ident, None)
+                self._bottoms.pop(ident, None)
+
+
+def _outermost(frame: FrameType) -> FrameType:
+    back = frame.f_back
+    while back is not None:
+        frame, back = back, back.f_back
+    return frame
 
 
 def runner_threads() -> Baseline:

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import tideloop
 from tideloop._core.interfaces import LoopView
+from tideloop._versions import FUTURE_AWAIT_CODE
 
 #: What a file of a frame is: the program's own, an installed library's,
 #: the standard library's, tideloop's, or a test runner's.
@@ -213,7 +214,7 @@ def await_chain(task: asyncio.Future[Any]) -> tuple[list[FrameType], object]:
     awaited: Any = task.get_coro()
     while awaited is not None and len(frames) < MAX_FRAMES:
         frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-        if frame is None:
+        if frame is None or frame.f_code is FUTURE_AWAIT_CODE:
             break
         frames.append(frame)
         awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
