@@ -15,6 +15,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import queue
 import selectors
@@ -448,6 +449,23 @@ def test_a_job_out_of_sight_holds_the_clock_then_is_let_go_of() -> None:
     assert seen[0] and not seen[-1]
 
 
+#: The stack size of the threads that hand an ident on. glibc keeps an ended
+#: thread's stack for the next thread, and the ident with it (the thread's
+#: descriptor is in its stack); it gives a new thread the smallest cached
+#: stack that fits. A size no other thread uses makes the runner's stack
+#: the one the next thread of that size takes, whatever else ended since.
+_HANDOVER_STACK = 2 * 1024 * 1024 + 64 * 1024
+
+
+@contextlib.contextmanager
+def _handover_stack() -> Iterator[None]:
+    previous = threading.stack_size(_HANDOVER_STACK)
+    try:
+        yield
+    finally:
+        threading.stack_size(previous)
+
+
 class _Runner:
     """A thread that looks busy (it polls with short sleeps), as a test
     runner's does: a loop made while it runs takes it into its baseline."""
@@ -455,7 +473,8 @@ class _Runner:
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, name="runner")
-        self.thread.start()
+        with _handover_stack():
+            self.thread.start()
         self.ident = self.thread.ident
 
     def _poll(self) -> None:
@@ -463,9 +482,19 @@ class _Runner:
             time.sleep(0.002)
 
     def end(self) -> None:
+        """Stop it, and return once its stack is free for the next thread:
+        ``join`` returns a moment before the thread has exited (before 3.13
+        Python's threads are detached; glibc caches the stack on the way
+        out), so wait for the kernel's task to be gone."""
         self.stop.set()
         self.thread.join(5)
         assert not self.thread.is_alive()
+        task = f"/proc/self/task/{self.thread.native_id}"
+        for _ in range(1000):
+            if not os.path.exists(task):
+                return
+            time.sleep(0.005)
+        raise AssertionError(f"{task} is still there")
 
 
 def _compute(stop: threading.Event) -> None:
@@ -488,7 +517,8 @@ def test_a_thread_given_an_ended_runner_threads_ident_is_watched(
         runner.end()
     stop = threading.Event()
     watch = ThreadWatch(baseline, grace=0.05, compute_grace=5.0)
-    worker = start(threads, lambda: _compute(stop))
+    with _handover_stack():
+        worker = start(threads, lambda: _compute(stop))
     try:
         assert worker.ident == runner.ident  # glibc reused it: what this test is about
         with warnings_as_errors():
@@ -560,7 +590,8 @@ async def _outlive_the_runner(runner: _Runner, reused: list[bool]) -> str:
         loop.call_soon_threadsafe(done.set_result, "done")
 
     worker = threading.Thread(target=work)
-    worker.start()
+    with _handover_stack():
+        worker.start()
     reused.append(worker.ident == runner.ident)
     try:
         return await asyncio.wait_for(done, 30)
