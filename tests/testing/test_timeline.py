@@ -220,16 +220,31 @@ def test_a_recorded_replay_makes_the_same_decisions_and_fails_the_same(path: Pat
     tape = Tape.load(path)
     scenario = getattr(scenarios.races, path.stem)
     deviations = {d.point: d.value for d in tape.deviations}
-    plain, exc = attempt(
-        scenario, ReplayStrategy(deviations), virtual_time=tape.virtual_time, wakeups=tape.wakeups
-    )
-    recorded = record(scenario, deviations, virtual_time=tape.virtual_time, wakeups=tape.wakeups)
-    assert exc is not None and recorded.exception is not None
-    assert _same(recorded.exception) == _same(exc)
-    assert [(d.point, d.n, d.value) for d in recorded.log.decisions] == [
-        (d.point, d.n, d.value) for d in plain.decisions
-    ]
-    assert recorded.recording.failure is not None
+    # A race against a real thread's timing makes the decisions the thread's
+    # timing allows (its result in or not yet in at a point): a pair of runs
+    # may see the thread at different times, on a loaded machine. For those,
+    # one pair in three must agree.
+    pairs = 3 if path.stem in scenarios.races.REAL_THREAD_TIMING else 1
+    seen = []
+    for _ in range(pairs):
+        plain, exc = attempt(
+            scenario,
+            ReplayStrategy(deviations),
+            virtual_time=tape.virtual_time,
+            wakeups=tape.wakeups,
+        )
+        recorded = record(
+            scenario, deviations, virtual_time=tape.virtual_time, wakeups=tape.wakeups
+        )
+        assert exc is not None and recorded.exception is not None
+        assert _same(recorded.exception) == _same(exc)
+        assert recorded.recording.failure is not None
+        made = [(d.point, d.n, d.value) for d in recorded.log.decisions]
+        replayed = [(d.point, d.n, d.value) for d in plain.decisions]
+        if made == replayed:
+            return
+        seen.append((made, replayed))
+    raise AssertionError(f"the recorded run's decisions differ from the plain run's: {seen}")
 
 
 def test_the_page_is_self_contained(race_tape: Tape) -> None:
