@@ -49,11 +49,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import importlib
-import os
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from ._explore import (
     NetworkScenario,
@@ -63,6 +61,7 @@ from ._explore import (
     describe_tape,
     diff,
     explore,
+    import_spec,
     load_scenario,
     record,
     replay,
@@ -103,15 +102,7 @@ def _check_explore(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 def _executor(spec: str) -> concurrent.futures.Executor:
     """``--executor MODULE:FACTORY``: call FACTORY for the executor."""
-    module_name, sep, name = spec.partition(":")
-    if not sep or not module_name or not name:
-        raise ValueError(f"--executor takes MODULE:FACTORY, not {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    factory: Any = importlib.import_module(module_name)
-    for part in name.split("."):
-        factory = getattr(factory, part)
-    executor = factory()
+    executor = import_spec(spec, "--executor takes MODULE:FACTORY")()
     if not isinstance(executor, concurrent.futures.Executor):
         raise ValueError(
             f"{spec} returned {type(executor).__name__}, not a concurrent.futures.Executor"

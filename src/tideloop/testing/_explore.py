@@ -934,18 +934,25 @@ def explore(
 # Scenarios by name (the command line, and workers: ``_scale``)
 
 
-def load_scenario(spec: str) -> Scenario | NetworkScenario:
-    """``package.module:function`` (the current directory is importable): an
-    async function of no argument, or of one, a `SimNetwork` (a
-    `NetworkScenario`, network seed 0)."""
+def import_spec(spec: str, usage: str) -> Any:
+    """The object ``package.module:name.attr`` names (the current directory is
+    importable); ValueError "*usage*, not SPEC" if *spec* has no such form."""
     module_name, sep, name = spec.partition(":")
     if not sep or not module_name or not name:
-        raise ValueError(f"expected MODULE:FUNCTION, not {spec!r}")
+        raise ValueError(f"{usage}, not {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     target: Any = importlib.import_module(module_name)
     for part in name.split("."):
         target = getattr(target, part)
+    return target
+
+
+def load_scenario(spec: str) -> Scenario | NetworkScenario:
+    """``package.module:function`` (the current directory is importable): an
+    async function of no argument, or of one, a `SimNetwork` (a
+    `NetworkScenario`, network seed 0)."""
+    target = import_spec(spec, "expected MODULE:FUNCTION")
     if not callable(target):
         raise ValueError(f"{spec} is not callable")
     try:
