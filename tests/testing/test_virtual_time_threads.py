@@ -402,6 +402,39 @@ def test_a_sleeping_thread_holds_the_clock_for_its_sleep(
         assert all(watch_for(watch, 0.25))
 
 
+@pytest.mark.parametrize(
+    ("file", "function"), [("threading.py", "acquire"), ("queue.py", "get"), ("queue.py", "put")]
+)
+def test_a_frame_that_waits_below_itself_runs_code_when_innermost(
+    threads: list[threading.Thread], file: str, function: str
+) -> None:
+    """``Semaphore.acquire`` and ``Queue.get`` wait in a frame below them
+    (``Condition.wait``): seen as the innermost frame, the wait is over and
+    they run Python code. PyPy's thread pool takes its job through a Python
+    ``SimpleQueue`` (``get``, ``Semaphore.acquire``): a worker just handed
+    a job was taken for idle there, and virtual time jumped past its result
+    (CI, PyPy under blockbuster). A function of that name and file stands
+    in for it, computing in its own frame."""
+    namespace: dict[str, Any] = {}
+    source = f"def {function}(stop):\n    n = 0\n    while not stop.is_set():\n        n += 1\n"
+    exec(compile(source, f"/stand-in/{file}", "exec"), namespace)
+    stop = threading.Event()
+    watch = ThreadWatch(others(), grace=5.0, compute_grace=5.0)
+    thread = start(threads, lambda: namespace[function](stop))
+    try:
+        # Seen in that frame, computing: busy on every look.
+        for _ in range(100):
+            frame = sys._current_frames().get(thread.ident or 0)
+            if frame is not None and frame.f_code.co_name == function:
+                break
+            time.sleep(0.001)
+        with warnings_as_errors():
+            seen = watch_for(watch, 0.1)
+    finally:
+        stop.set()
+    assert seen and all(seen), seen
+
+
 def test_a_thread_blocked_in_an_unknown_call_is_let_go_of_once(
     threads: list[threading.Thread],
 ) -> None:

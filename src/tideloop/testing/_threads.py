@@ -32,6 +32,9 @@ Facts / what this means for us:
   queue still empty, means the thread still waits (`_call_at`, `_blocked`).
 - blockbuster wraps a lock's ``acquire`` (and other blocking calls) in a
   frame of its own, ``wrapper``: the wait is the frame below it.
+- Only the innermost frame says a thread waits: a frame that waits in a
+  frame below it (``Semaphore.acquire``, ``Queue.get``), seen innermost,
+  runs Python code.
 - A thread notified in ``Condition.wait`` (its waiter taken out of the
   condition's list) is busy, though its frame is still the wait's: it is
   only waiting for the GIL, and a jump now would pass the work it was
@@ -127,15 +130,17 @@ class VirtualTimeWarning(RuntimeWarning):
     """Virtual time moved on without a thread tideloop could not tell waiting from working."""
 
 
-#: (file name ending, function name) of frames a thread waits in.
+#: (file name ending, function name) of frames a thread waits in, as its
+#: innermost frame. Not ``Semaphore.acquire`` nor ``queue.py``'s ``get`` and
+#: ``put``: they wait in a frame below (``Condition.wait``, a lock's call),
+#: so as the innermost frame they run Python code, the wait over (PyPy's
+#: thread pool takes its job through a Python ``SimpleQueue``: its worker,
+#: just handed a job, shows ``Semaphore.acquire`` or ``get``).
 _IDLE_FRAMES: Final = frozenset(
     {
         ("threading.py", "wait"),
         ("threading.py", "_wait_for_tstate_lock"),
         ("threading.py", "join"),
-        ("threading.py", "acquire"),
-        ("queue.py", "get"),
-        ("queue.py", "put"),
         ("thread.py", "_worker"),  # concurrent.futures' idle worker
         ("selectors.py", "select"),
         ("socket.py", "accept"),
