@@ -37,6 +37,7 @@ from needs import missing
 from tideloop._console import serve
 from tideloop._console.client import Client
 from tideloop._console.server import ConsoleError, ConsoleServer
+from tideloop._core import quiet
 from tideloop._versions import REMOTE_EXEC
 
 PROGRAM = textwrap.dedent(
@@ -323,6 +324,33 @@ def test_nothing_is_attached_until_a_client_is_and_after_it_left(tmp_path: Path)
         loop.close()
     assert "call_exception_handler" not in vars(loop)
     assert not os.path.exists(path)
+
+
+def _quiet_becomes(expected: int) -> bool:
+    deadline = time.monotonic() + 5
+    while quiet.count != expected and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return quiet.count == expected
+
+
+def test_the_console_thread_is_quiet_while_nobody_is_attached(tmp_path: Path) -> None:
+    """With nobody attached the console's thread is quiet (_core/quiet.py):
+    loops go on skipping their zero-timeout polls as with no thread; while a
+    client is attached it is not, and it leaves nothing counted once closed."""
+    before = quiet.count  # a console another test left open is its own
+    loop = tideloop.new_event_loop()
+    path = str(tmp_path / "c.sock")
+    server = serve(loop, path)
+    try:
+        assert _quiet_becomes(before + 1)
+        with Client(path) as client:
+            assert client.snapshot()["loops"]
+            assert quiet.count == before
+        assert _quiet_becomes(before + 1)
+    finally:
+        server.close()
+        loop.close()
+    assert _quiet_becomes(before)
 
 
 def test_a_blocked_loop_is_reported_blocked(tmp_path: Path) -> None:

@@ -191,6 +191,86 @@ def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered() -> None:
     assert result.stdout == "ok\n"
 
 
+_QUIET_CHECK = """
+import queue, threading, _thread
+from fakes import fake_loop
+from tideloop._core import quiet
+assert _thread._count() == 0, threading.enumerate()
+loop, poller, _ = fake_loop()
+
+def polls():
+    poller.timeouts.clear()
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    return poller.timeouts == [0.0]
+
+orders, done = queue.Queue(), queue.Queue()
+
+def body():
+    with quiet.quiet() as say:
+        while (order := orders.get()) != "end":
+            say.set(order == "quiet")
+            done.put(order)
+    done.put("end")
+
+def tell(order):
+    orders.put(order)
+    assert done.get(timeout=10) == order
+
+thread = threading.Thread(target=body)
+assert not polls()
+thread.start()
+tell("loud")
+assert polls() and quiet.count == 0
+tell("quiet")
+# A quiet thread does not count: the poll is skipped as with none.
+assert not polls() and quiet.count == 1
+tell("quiet")  # saying it twice counts once
+assert not polls() and quiet.count == 1
+tell("loud")
+assert polls() and quiet.count == 0
+tell("quiet")
+assert quiet.count == 1
+# Ending the block unsets it, however it ends.
+tell("end")
+thread.join()
+assert quiet.count == 0 and not polls()
+# A quiet thread counts for itself only: another one makes the loop poll.
+thread = threading.Thread(target=body)
+thread.start()
+tell("quiet")
+other_started, release = threading.Event(), threading.Event()
+other = threading.Thread(target=lambda: (other_started.set(), release.wait()))
+other.start()
+other_started.wait()
+assert polls() and quiet.count == 1
+release.set()
+other.join()
+tell("end")
+thread.join()
+loop.close()
+print("ok")
+"""
+
+
+def test_a_quiet_thread_does_not_stop_the_skip() -> None:
+    """A thread that never needs the GIL handed over at once (the console's,
+    asleep with nobody attached: quiet.py) does not make every iteration
+    poll; any other thread still does. In a fresh interpreter, as above."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run(
+        [sys.executable, "-c", _QUIET_CHECK],
+        check=False,
+        cwd=here,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([here, TIDELOOP_SRC])},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
+
+
 def test_failed_registration_is_not_counted(env: Env) -> None:
     loop, poller, _ = env
     poller.fail_next = OSError(9, "Bad file descriptor")

@@ -21,10 +21,13 @@ Facts / what this means for us:
   whatever the file's mode.
 - The server is one thread blocked in ``select`` on the listening socket
   and its clients: with nobody attached, it costs the program nothing but
-  that sleeping thread. While at least one client is attached, each loop
-  has a `Recorder` (``events=False``: task statistics and slow callbacks,
-  about a microsecond per callback) attached; the last client to leave
-  detaches it.
+  that sleeping thread. It says it is quiet (``_core/quiet.py``) while
+  nobody is attached: otherwise, being a thread, it would make every loop
+  of the process poll on each iteration (a quarter of the ``sleep(0)``
+  rate), and only a client from outside ever wakes it. While at least
+  one client is attached, each loop has a `Recorder` (``events=False``:
+  task statistics and slow callbacks, about a microsecond per callback)
+  attached; the last client to leave detaches it.
 - A snapshot is taken on the loop's thread (``call_soon_threadsafe``),
   between two callbacks, so it sees consistent state and never races the
   program; the server waits for it at most `SNAPSHOT_TIMEOUT` seconds. A
@@ -57,6 +60,7 @@ import weakref
 from collections import deque
 from typing import Any, Final
 
+from tideloop._core.quiet import Quiet, quiet
 from tideloop._loop import Loop
 from tideloop._recorder import Recorder
 
@@ -264,12 +268,19 @@ class ConsoleServer:
     # The thread
 
     def _serve(self) -> None:
+        with quiet() as say:
+            self._serve_quietly(say)
+
+    def _serve_quietly(self, say: Quiet) -> None:
         listener = self._sock
         while True:
             with self._lock:
                 if self._closed:
                     return
                 clients = list(self._clients)
+            # Nobody attached: only a client (from outside) wakes this
+            # thread, so loops need not hand it the GIL at once (quiet.py).
+            say.set(not clients)
             try:
                 watched: list[Any] = [listener, self._wake_r, *clients]
                 readable, _, _ = select.select(watched, [], [])

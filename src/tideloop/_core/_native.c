@@ -66,6 +66,9 @@ static PyTypeObject *HandleType = NULL;        /* tideloop._core.handles.Handle 
 static PyTypeObject *AsyncioHandleType = NULL; /* asyncio.Handle */
 static PyObject *error_context = NULL;         /* errors.callback_error_context */
 static PyObject *thread_count = NULL;          /* _thread._count */
+/* Threads that need no prompt GIL hand-over (_core/quiet.py): the poll is
+ * skipped while _thread._count() is at most this. Written under the GIL. */
+static Py_ssize_t quiet_threads = 0;
 static PyObject *monotonic = NULL;             /* time.monotonic */
 static PyTypeObject *TimerHandleType = NULL;   /* tideloop._core.handles.TimerHandle */
 static PyObject *sleep_callback = NULL;        /* asyncio.futures._set_result_unless_cancelled */
@@ -1685,7 +1688,7 @@ run_once(Core *self)
         CNT(self)->mark = t;
         /* Facts (Scheduler._run_once): a zero-timeout poll with only the
          * waker registered reports nothing the ready queue does not show;
-         * it is skipped while no other thread exists. */
+         * it is skipped while no other thread exists but quiet ones (quiet.py). */
         int polled = truth_attr(self->io, s_polled);
         if (polled < 0) {
             goto done;
@@ -1696,11 +1699,12 @@ run_once(Core *self)
             if (count == NULL) {
                 goto done;
             }
-            others = PyObject_IsTrue(count);
+            Py_ssize_t threads = PyLong_AsSsize_t(count);
             Py_DECREF(count);
-            if (others < 0) {
+            if (threads == -1 && PyErr_Occurred()) {
                 goto done;
             }
+            others = threads > quiet_threads;
         }
         if ((polled || others) && raw_ep != NULL) {
 #ifdef TL_EPOLL
@@ -2126,7 +2130,26 @@ native_set_twin(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+native_set_quiet_threads(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "a count of quiet threads cannot be negative");
+        return NULL;
+    }
+    quiet_threads = n;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef native_methods[] = {
+    {"set_quiet_threads", (PyCFunction)native_set_quiet_threads, METH_O,
+     "set_quiet_threads(n): the zero-timeout poll is skipped while at most n threads "
+     "other than the main one run (tideloop._core.quiet)."},
     {"configure", (PyCFunction)(void (*)(void))native_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(handle, asyncio_handle, timer_handle, asyncio_timer, lag_buckets, error_context, "
      "sleep_callback, far_delay): the Python classes the hot paths build and write."},

@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVarTuple, Unpack
 
 from . import debug as _debug
 from . import native as _choice
+from . import quiet as _quiet
 from .asyncgens import AsyncGenerators
 from .clock import Clock, PollFn, WaitFn
 from .errors import callback_error_context, logger
@@ -442,10 +443,14 @@ class Scheduler(asyncio.AbstractEventLoop):
             # woke (a worker told to stop, a queue.put) runs at once, as on
             # the stdlib loop, which polls every iteration; skipped, it
             # waits for the switch interval (5 ms). So skip it only while
-            # no other thread exists (_thread._count(): 40 ns). anyio's
-            # run() relies on it: its worker thread exits before the loop
-            # it references is closed.
-            events = self._poll(0.0) if self._io.polled or _other_threads() else _NO_EVENTS
+            # no other thread exists (_thread._count(): 40 ns) but quiet
+            # ones (quiet.py: the console's, asleep). anyio's run() relies
+            # on it: its worker thread exits before the loop it references
+            # is closed.
+            if self._io.polled or _other_threads() > _quiet.count:
+                events = self._poll(0.0)
+            else:
+                events = _NO_EVENTS
         else:
             # A poll that may block is idle time, recorded inside seq windows
             # that read the clock only after opening (see Counters).
