@@ -42,8 +42,13 @@ from tideloop._versions import REMOTE_EXEC
 
 PROGRAM = textwrap.dedent(
     """
-    import asyncio, gc, os, sys, time
+    import asyncio, gc, os, signal, sys, time
     import tideloop
+
+    # The test stops it with SIGINT, which a harness started in the
+    # background (a shell's `&`) leaves ignored: Python then never raises
+    # KeyboardInterrupt, and asyncio's runner never installs its handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     async def spin():
         while True:
