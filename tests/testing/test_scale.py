@@ -59,10 +59,11 @@ def test_a_process_pool_runs_the_coverage_search_and_the_failure_is_shrunk_here(
         planted.race, strategy="coverage", schedules=1000, virtual_time=True, jobs=2
     )
     assert result.tape is not None, result
-    # 2 deviations make the race; results arrive in any order, so the corpus
-    # (and the schedule found) varies, and a one-at-a-time shrink may keep
-    # one more whose removal moves the others (test_a_dask_cluster_...).
-    assert 2 <= len(result.tape.deviations) <= 3
+    # 2 deviations make the race. Results arrive in any order, so the corpus
+    # (and the schedule found) varies; the shrink is 1-minimal, not minimal,
+    # and may keep deviations whose removal moves the others' points (seen:
+    # 2 to 4). What holds: at least the 2, and the tape fails on replay.
+    assert len(result.tape.deviations) >= 2
     assert result.worker_seconds > 0
     with pytest.raises(AssertionError):
         testing.replay(planted.race, result.tape)
@@ -168,11 +169,10 @@ def test_a_dask_cluster_runs_the_search(tmp_path: Path) -> None:
     assert code == 1, out
     recorded = json.loads(tape.read_text())
     assert recorded["found_by"].startswith("coverage, a schedule of")
-    # Shrunk to a schedule each of whose deviations matters: the planted
-    # race needs 2; the workers' results come back in any order, so the
-    # schedule found (and what it shrinks to, removing one at a time) may
-    # hold one more that the others' positions depend on.
-    assert 2 <= len(recorded["deviations"]) <= 3, out
+    # Shrunk here: the planted race needs 2 deviations; the workers' results
+    # come back in any order, so the schedule found varies, and its 1-minimal
+    # shrink may hold more that the others' positions depend on (as above).
+    assert len(recorded["deviations"]) >= 2, out
     assert f"{len(recorded['deviations'])} deviation(s) from the unperturbed schedule" in out, out
     code, out = _cli(
         "replay", "scenarios.races:handover_after_a_clean_epoch", str(tape), cwd=tmp_path
