@@ -244,6 +244,39 @@ def test_a_correct_suite_passes_with_every_seed_run_on_the_pool(tmp_path: Path) 
     assert pool_log(tmp_path) == ["made", "shutdown"]
 
 
+def test_the_budget_stops_submitting_batches(tmp_path: Path) -> None:
+    suite = """\
+    import asyncio, time
+    import pytest
+
+    @pytest.mark.tideloop
+    def test_slow():
+        async def main():
+            await asyncio.sleep(0)
+        asyncio.run(main())
+        time.sleep(0.02)
+    """
+    proc = run(
+        tmp_path,
+        {"test_slow.py": suite},
+        "--tideloop-seeds=400",
+        "--tideloop-seeds-budget=1",
+        "--tideloop-executor=executors:pool",
+    )
+    assert outcome(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    stopped = re.search(
+        r"test_slow.py::test_slow: (\d+) of 400 schedules passed in [\d.]+ s, then the "
+        r"budget \(--tideloop-seeds-budget\) stopped it",
+        proc.stdout,
+    )
+    assert stopped, proc.stdout
+    # The first here, then whole batches of 20: at most the 4 in flight (twice
+    # the pool's 2 workers) when the budget passed.
+    ran = int(stopped.group(1))
+    assert ran <= 1 + 4 * 20 and (ran - 1) % 20 == 0, ran
+    assert pool_log(tmp_path) == ["made", "shutdown"]
+
+
 def test_a_bad_executor_is_a_usage_error_as_on_the_command_line(tmp_path: Path) -> None:
     files = {"test_race.py": RACE}
     cases = {

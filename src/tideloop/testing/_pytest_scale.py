@@ -199,6 +199,13 @@ def spread(
     handed = 0
     try:
         while True:
+            if not stopped and found is None:
+                remaining = left()
+                if remaining is not None and remaining <= 0:
+                    stopped = True
+                    for other in list(inflight):
+                        if other.cancel():
+                            del inflight[other]
             while not stopped and found is None and handed < len(batches):
                 if len(inflight) >= window:
                     break
@@ -234,13 +241,6 @@ def spread(
                         if j > i and other.cancel():
                             del inflight[other]
             tick(result.ran)
-            if not stopped and found is None:
-                remaining = left()
-                if remaining is not None and remaining <= 0:
-                    stopped = True
-                    for other in list(inflight):
-                        if other.cancel():
-                            del inflight[other]
     finally:
         for future in inflight:
             future.cancel()
