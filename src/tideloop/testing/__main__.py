@@ -61,13 +61,12 @@ from ._explore import (
     describe_tape,
     diff,
     explore,
-    import_spec,
     load_scenario,
     record,
     replay,
     timeline_path,
 )
-from ._scale import parse_shard
+from ._scale import executor_factory, make_executor, parse_shard
 from ._search import STRATEGIES, Options
 
 
@@ -102,12 +101,7 @@ def _check_explore(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 def _executor(spec: str) -> concurrent.futures.Executor:
     """``--executor MODULE:FACTORY``: call FACTORY for the executor."""
-    executor = import_spec(spec, "--executor takes MODULE:FACTORY")()
-    if not isinstance(executor, concurrent.futures.Executor):
-        raise ValueError(
-            f"{spec} returned {type(executor).__name__}, not a concurrent.futures.Executor"
-        )
-    return executor
+    return make_executor(spec, executor_factory(spec, "--executor takes MODULE:FACTORY"))
 
 
 def _record(tape: Tape, scenario: Scenario | NetworkScenario) -> None:

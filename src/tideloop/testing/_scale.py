@@ -9,6 +9,9 @@ any other, such as a Dask cluster's (``distributed.Client(...).get_executor()``)
 Ray's or MPI's (``explore(executor=...)``, ``--executor MODULE:FACTORY``).
 tideloop runs no scheduler of its own: it submits `Work` (a batch of
 schedules of one scenario) and merges what comes back (`Ran`).
+`executor_factory` and `make_executor` turn a ``MODULE:FACTORY`` spec into
+an executor, with the same words for the command line's ``--executor``
+and the pytest plugin's ``--tideloop-executor`` (``_pytest_scale``).
 
 What a batch is depends on the strategy's recipe (``_search.STRATEGIES``):
 
@@ -51,7 +54,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._coverage import Probe
-from ._explore import NetworkScenario, Scenario, _describe_failure, attempt, load_scenario
+from ._explore import (
+    NetworkScenario,
+    Scenario,
+    _describe_failure,
+    attempt,
+    import_spec,
+    load_scenario,
+)
 from ._search import STRATEGIES, Learning, Options
 from ._strategy import Point, ReplayStrategy, Strategy
 
@@ -228,6 +238,29 @@ class Searched:
     found: Found | None = None
     #: Schedules per worker-second (the workers' own time, summed).
     worker_seconds: float = 0.0
+
+
+def executor_factory(spec: str, usage: str) -> Callable[[], cf.Executor]:
+    """``MODULE:FACTORY``'s FACTORY, imported (`_explore.import_spec`), not called
+    yet; ValueError "*usage*, not SPEC" for a spec of another form, or if
+    FACTORY is not callable (ImportError, AttributeError: no such module or
+    name)."""
+    factory = import_spec(spec, usage)
+    if not callable(factory):
+        raise ValueError(f"{spec} is not callable")
+    made: Callable[[], cf.Executor] = factory
+    return made
+
+
+def make_executor(spec: str, factory: Callable[[], object]) -> cf.Executor:
+    """What *factory* (``executor_factory(spec)``) returns; ValueError unless
+    it is a ``concurrent.futures.Executor``."""
+    executor = factory()
+    if not isinstance(executor, cf.Executor):
+        raise ValueError(
+            f"{spec} returned {type(executor).__name__}, not a concurrent.futures.Executor"
+        )
+    return executor
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -33,6 +33,16 @@ the marker off whatever the ini file says.
   summary: failing schedules, budgets, the slowest explorations, and a
   warning naming the tests whose loops slept in real timers (virtual time
   would skip that).
+- ``--tideloop-executor=MODULE:FACTORY`` (with ``--tideloop-seeds``, under
+  a seeded strategy: random, pct): each explored test runs its first
+  schedule here and the others on the ``concurrent.futures.Executor``
+  FACTORY returns (called once, at the first test that needs it; shut down
+  at the end of the session), in batches of seeds, each batch a pytest run
+  of the one test in a subprocess of a worker (``_pytest_scale``). The
+  lowest failing seed is run again here (shrunk, taped, replayed as
+  without an executor); one that passes here still fails the test. Given
+  with another strategy, it is a usage error; empty, it overrides the ini
+  file's.
 - ``--tideloop-tape=FILE`` (implies ``--tideloop``): every test runs under
   that tape's deviations (its exact schedule).
 - ``--tideloop-wakeups`` (with ``--tideloop-seed``, ``--tideloop-seeds``):
@@ -87,6 +97,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.events
+import concurrent.futures as cf
 import dataclasses
 import importlib.util
 import inspect
@@ -108,7 +119,9 @@ from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
 from ._explore import Recorded, Tape, describe_tape, shrink_deviations
+from ._pytest_scale import EXPLORED_PROPERTY, BatchWork, batch_length, spread
 from ._recording import Recording
+from ._scale import executor_factory, make_executor
 from ._search import STRATEGIES, Options, Recipe
 from ._sim import SimNetwork
 from ._strategy import DecisionLog, Point, RandomStrategy, ReplayStrategy, Strategy
@@ -217,6 +230,15 @@ _OPTIONS: Final = (
         "fail a tideloop test whose tasks keep stepping for SECONDS of loop time "
         "without reaching tideloop.testing.progress() (testing.Livelock)",
         "SECONDS",
+    ),
+    _Option(
+        "--tideloop-executor",
+        "str",
+        "with --tideloop-seeds (random, pct): run each test's schedules after the "
+        "first on the concurrent.futures.Executor FACTORY() returns (a process pool, a "
+        "Dask cluster's client.get_executor()), a pytest run per batch of seeds; the "
+        "workers need the project at the same path",
+        "MODULE:FACTORY",
     ),
     _Option(
         "--tideloop-tape",
@@ -354,7 +376,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     plugin = config.pluginmanager.get_plugin(_PLUGIN_NAME)
     if isinstance(plugin, _Plugin):
-        plugin.uninstall_policy()
+        try:
+            plugin.uninstall_policy()
+        finally:
+            plugin.close_executor()
 
 
 @pytest.fixture
@@ -440,6 +465,8 @@ class _Failure:
     #: The failure's kind and where its report is (the report itself is in
     #: the test's own section: printed once).
     summary: str = ""
+    #: Where it was found, if not here (--tideloop-executor's workers).
+    found: str = ""
 
 
 class _Plugin:
@@ -510,6 +537,36 @@ class _Plugin:
             raise pytest.UsageError(
                 "--tideloop-wakeups varies schedules: give --tideloop-seed or --tideloop-seeds"
             )
+        #: In a pytest run of a --tideloop-executor worker (``_pytest_scale``):
+        #: pct's measured length (0: none); None in any other run. Such a run
+        #: has no budget (the session's is its caller's) and no executor.
+        self.batch_length: int | None = batch_length(config)
+        if self.batch_length is not None:
+            self.seeds_budget = None
+        spec = opt["tideloop_executor"]
+        #: --tideloop-executor's MODULE:FACTORY (None: schedules run here).
+        self.executor_spec: str | None = spec if spec and self.batch_length is None else None
+        self._executor_factory: Any = None
+        self._executor: cf.Executor | None = None
+        if self.executor_spec is not None:
+            if self.seeds is None:
+                raise pytest.UsageError(
+                    "--tideloop-executor runs --tideloop-seeds' schedules: give --tideloop-seeds"
+                )
+            if not self.strategy.seeded:
+                names = ", ".join(STRATEGIES.seeded_names())
+                raise pytest.UsageError(
+                    f"--tideloop-executor is for --tideloop-strategy={names} (a seed each): "
+                    f"the {self.strategy.name} strategy picks each schedule from the runs "
+                    "before it, in this process (drop --tideloop-executor; an empty "
+                    "--tideloop-executor= overrides the ini file's)"
+                )
+            try:
+                self._executor_factory = executor_factory(
+                    self.executor_spec, "--tideloop-executor takes MODULE:FACTORY"
+                )
+            except (ValueError, ImportError, AttributeError) as exc:
+                raise pytest.UsageError(str(exc)) from None
         self.enabled: bool = bool(given & _TURN_ON) and not self.off
         #: The running test's settings (None between tests).
         self.current: _Settings | None = None
@@ -518,6 +575,64 @@ class _Plugin:
         self.explored: dict[str, _Explored] = {}
         self._previous_policy: Any = None
         self._policy_installed = False
+
+    # ------------------------------------------------------------------
+    # --tideloop-executor
+
+    def executor(self) -> cf.Executor:
+        """--tideloop-executor's executor: FACTORY's, called at the first test
+        that needs it (a usage error if it fails: the session stops)."""
+        if self._executor is None:
+            spec = self.executor_spec
+            assert spec is not None and self._executor_factory is not None
+            try:
+                self._executor = make_executor(spec, self._executor_factory)
+            except Exception as exc:
+                text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+                raise pytest.UsageError(f"--tideloop-executor={spec}: {text}") from None
+        return self._executor
+
+    def close_executor(self) -> None:
+        """Shut the executor down (the plugin called the factory: it owns it)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def batch_work(self, item: pytest.Item, length: int) -> BatchWork:
+        """A batch of *item*'s seeds for a worker (``_pytest_scale``), but its
+        seeds: the session's tideloop settings, its ``-p`` and ``-o``."""
+        config = self.config
+        args = [
+            "--tideloop",
+            f"--tideloop-strategy={self.strategy.name}",
+            f"--tideloop-autojump-threshold={self.autojump_threshold!r}",
+        ]
+        if self.virtual_time:
+            args.append("--tideloop-virtual-time")
+        if "depth" in self.strategy.uses:
+            args.append(f"--tideloop-depth={self.depth}")
+        if "bound" in self.strategy.uses:
+            args.append(f"--tideloop-bound={self.bound}")
+        if self.wakeups:
+            args.append("--tideloop-wakeups")
+        if self.livelock_after is not None:
+            args.append(f"--tideloop-livelock-after={self.livelock_after!r}")
+        for name in getattr(config.option, "plugins", None) or ():
+            args += ["-p", str(name)]
+        for override in getattr(config.option, "override_ini", None) or ():
+            args += ["-o", str(override)]
+        if config.pluginmanager.hasplugin("xdist"):
+            args += ["-n", "0"]  # one test, in the worker's subprocess itself
+        _, sep, rest = item.nodeid.partition("::")
+        return BatchWork(
+            target=str(item.path) + sep + rest,
+            nodeid=item.nodeid,
+            cwd=str(config.invocation_params.dir),
+            rootdir=str(config.rootpath),
+            inifile=None if config.inipath is None else str(config.inipath),
+            args=tuple(args),
+            length=length,
+        )
 
     # ------------------------------------------------------------------
     # Building loops
@@ -767,9 +882,12 @@ class _Plugin:
                 )
                 # The report itself is in the test's own section (printed
                 # once): here its kind, its timeline and how to replay it.
+                if f.found:
+                    terminalreporter.line(f"    {f.found}")
                 if f.summary:
                     terminalreporter.line(f"    {f.summary}")
-                terminalreporter.line(f"    replay: {f.replay}")
+                if f.replay:
+                    terminalreporter.line(f"    replay: {f.replay}")
         noted = [e for e in explored if e.note and e.failure is None]
         stopped = [e for e in explored if e.budget_stopped]
         slow = sorted(
@@ -825,8 +943,8 @@ PROGRESS_EVERY: Final = 5.0
 SLEPT_WARN: Final = 1.0
 SLEPT_SHARE: Final = 0.2
 #: The report property that carries a test's `_Explored` (to pytest-xdist's
-#: controller too).
-_PROPERTY: Final = "tideloop_explored"
+#: controller too, and to --tideloop-executor's caller: ``_pytest_scale``).
+_PROPERTY: Final = EXPLORED_PROPERTY
 
 
 @dataclasses.dataclass
@@ -922,6 +1040,14 @@ class _SeedRunner:
         """(seed, strategy) per run; the runner sends each run's log back in."""
         plugin = self._plugin
         seeds = plugin.seeds_for(item)
+        recipe = plugin.strategy
+        if plugin.batch_length is not None and recipe.seeded and not recipe.by_seed:
+            # A worker's batch (``_pytest_scale``): its seeds' schedules, of
+            # the length the caller measured; the caller ran the unperturbed one.
+            options = Options(depth=plugin.depth, bound=plugin.bound, seed=seeds[0] or 0)
+            for seed in seeds:
+                yield seed, recipe.strategy(seed or 0, options, plugin.batch_length)
+            return
         if len(seeds) == 1 or plugin.strategy.by_seed:
             for seed in seeds:
                 yield seed, None
@@ -966,16 +1092,52 @@ class _SeedRunner:
     ) -> bool | None:
         plugin = self._plugin
         total = len(plugin.seeds_for(item))
-        if total == 1:
+        if total == 1 and plugin.batch_length is None:
             return None
+        # Before the test's log starts: a factory that fails stops the session.
+        executor = None if plugin.executor_spec is None else plugin.executor()
         ihook = item.ihook
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        reports: list[pytest.TestReport] = []
         self._note = ""
         progress = _Progress(plugin, item, total)
         explored = _Explored(
             item.nodeid, 0, total, 0.0, virtual_time=plugin.settings_for(item, 0).virtual_time
         )
+        if executor is None:
+            reports = self._explore(item, explored, progress)
+        else:
+            reports = self._spread(item, executor, explored, progress)
+        if not explored.failure:
+            explored.seconds = progress.elapsed
+        explored.note = self._note
+        progress.end(explored)
+        # Now the teardown that the next item expects (what runtestprotocol
+        # would have done with the real nextitem).
+        setupstate = item.session._setupstate
+        call = pytest.CallInfo.from_call(
+            lambda: setupstate.teardown_exact(nextitem), when="teardown"
+        )
+        if call.excinfo is not None:
+            report = ihook.pytest_runtest_makereport(item=item, call=call)
+            if reports and reports[-1].when == "teardown" and not reports[-1].failed:
+                reports[-1] = report
+            else:
+                reports.append(report)
+        if reports:
+            carrier = next((r for r in reports if r.when == "call"), reports[-1])
+            carrier.user_properties.append((_PROPERTY, dataclasses.asdict(explored)))
+        for report in reports:
+            ihook.pytest_runtest_logreport(report=report)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    def _explore(
+        self, item: pytest.Item, explored: _Explored, progress: _Progress
+    ) -> list[pytest.TestReport]:
+        """Run *item*'s schedules here, one after another, until one fails."""
+        plugin = self._plugin
+        total = explored.total
+        reports: list[pytest.TestReport] = []
         schedules = self._schedules(item)
         last: DecisionLog | None = None
         try:
@@ -1007,29 +1169,137 @@ class _SeedRunner:
             pass
         finally:
             schedules.close()  # a search that measures its runs stops now
-        if not explored.failure:
+        return reports
+
+    def _spread(
+        self,
+        item: pytest.Item,
+        executor: cf.Executor,
+        explored: _Explored,
+        progress: _Progress,
+    ) -> list[pytest.TestReport]:
+        """--tideloop-executor: the first schedule here (its reports are the
+        test's; pct's, the unperturbed one, measures the decisions its change
+        points spread over), the others on *executor* in batches
+        (``_pytest_scale.spread``); the lowest failing seed found there is run
+        again here, through `_failed` as without an executor."""
+        plugin = self._plugin
+        recipe = plugin.strategy
+        seeds = [seed or 0 for seed in plugin.seeds_for(item)]
+        base = seeds[0]
+        first = recipe.first()
+        reports, log = self._run(item, base, first)
+        explored.ran = 1
+        if log is not None:
+            explored.slept += log.slept
+        if any(r.failed for r in reports):
             explored.seconds = progress.elapsed
-        explored.note = self._note
-        progress.end(explored)
-        # Now the teardown that the next item expects (what runtestprotocol
-        # would have done with the real nextitem).
-        setupstate = item.session._setupstate
-        call = pytest.CallInfo.from_call(
-            lambda: setupstate.teardown_exact(nextitem), when="teardown"
+            explored.failure = self._failed(
+                item, seed=base, strategy=first, log=log, passed_before=0, reports=reports
+            )
+            return reports
+        length = log.count if recipe.measure and log is not None else 0
+        budget = plugin.seeds_budget
+        spreaded = spread(
+            executor,
+            plugin.batch_work(item, length),
+            seeds[1:],
+            left=lambda: None if budget is None else budget - progress.elapsed,
+            tick=lambda ran: progress.tick(1 + ran),
         )
-        if call.excinfo is not None:
-            report = ihook.pytest_runtest_makereport(item=item, call=call)
-            if reports and reports[-1].when == "teardown" and not reports[-1].failed:
-                reports[-1] = report
-            else:
-                reports.append(report)
-        if reports:
-            carrier = next((r for r in reports if r.when == "call"), reports[-1])
-            carrier.user_properties.append((_PROPERTY, dataclasses.asdict(explored)))
-        for report in reports:
-            ihook.pytest_runtest_logreport(report=report)
-        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        return True
+        where = f"the executor (--tideloop-executor={plugin.executor_spec})"
+        passed_before = 1 + spreaded.passed_before
+        if spreaded.error_seeds is not None:
+            explored.ran = passed_before + 1  # the batch, as one schedule that failed
+            explored.seconds = progress.elapsed
+            start, count = spreaded.error_seeds
+            replay = shlex.join(
+                ["pytest", item.nodeid, f"--tideloop-seed={start}", f"--tideloop-seeds={count}"]
+            )
+            why = (
+                f"tideloop: {where} did not run seeds {start}..{start + count - 1} of this "
+                f"test:\n{spreaded.error}\n(the same batch here: {replay})"
+            )
+            status = spreaded.error.splitlines()[0] if spreaded.error else ""
+            explored.failure = self._fail_here(
+                item,
+                reports,
+                schedule=f"seeds {start}..{start + count - 1}",
+                passed_before=passed_before,
+                replay=replay,
+                why=why,
+                summary=f"not run on {where}: {status}",
+            )
+            return reports
+        if spreaded.failed_seed is None:
+            explored.ran = 1 + spreaded.ran
+            explored.budget_stopped = spreaded.budget_stopped
+            self._note = (
+                f"{explored.ran} schedules passed: 1 here, {spreaded.ran} on {where} "
+                f"in {spreaded.batches} batch(es)"
+            )
+            return reports
+        seed = spreaded.failed_seed
+        options = Options(depth=plugin.depth, bound=plugin.bound, seed=base)
+        strategy = None if recipe.by_seed else recipe.strategy(seed, options, length)
+        explored.ran = passed_before + 1
+        reports, log = self._run(item, seed, strategy)
+        if log is not None:
+            explored.slept += log.slept
+        explored.seconds = progress.elapsed
+        described = strategy.describe() if strategy is not None else f"seed {seed}"
+        if any(r.failed for r in reports):
+            failure = self._failed(
+                item,
+                seed=seed,
+                strategy=strategy,
+                log=log,
+                passed_before=passed_before,
+                reports=reports,
+            )
+            failure["found"] = f"found on {where}; failed here again"
+            explored.failure = failure
+            return reports
+        replay = plugin.replay_command(item, seed) if recipe.by_seed else ""
+        why = (
+            f"tideloop: {described} failed on a worker of {where}:\n"
+            f"    {spreaded.failure}\n"
+            "and passed when run again here: what made it fail there is not in its "
+            "schedule alone (the worker's environment or files, real timing). "
+            "Not shrunk, no tape."
+        )
+        if replay:
+            why += f"\n(this schedule here: {replay})"
+        explored.failure = self._fail_here(
+            item,
+            reports,
+            schedule=described,
+            passed_before=passed_before,
+            replay=replay,
+            why=why,
+            summary=f"found on {where} ({spreaded.failure}); passed when run again here",
+        )
+        return reports
+
+    def _fail_here(
+        self,
+        item: pytest.Item,
+        reports: list[pytest.TestReport],
+        *,
+        schedule: str,
+        passed_before: int,
+        replay: str,
+        why: str,
+        summary: str,
+    ) -> dict[str, Any]:
+        """Fail the test, whose reports here passed, for what a worker found
+        (*why*): a failure found is never lost (a `_Failure`, as a dict)."""
+        carrier = next((r for r in reports if r.when == "call"), reports[-1])
+        carrier.outcome = "failed"
+        carrier.longrepr = why
+        return dataclasses.asdict(
+            _Failure(item.nodeid, schedule, passed_before, replay, summary=summary)
+        )
 
     def _failed(
         self,
