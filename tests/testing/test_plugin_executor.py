@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import children
+from needs import missing
 
 INI = "[pytest]\n" + (
     "asyncio_default_fixture_loop_scope = function\n"
@@ -67,6 +68,18 @@ def deselecting_pool():
 
 def not_an_executor():
     return 3
+
+
+def dask():
+    # A LocalCluster's worker processes; the plugin shuts the executor
+    # down, which leaves the cluster to its client: closed at exit.
+    from distributed import Client, LocalCluster
+
+    _log("made")
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    return Client(cluster).get_executor()
 """
 
 #: Two timers due at one virtual instant, and a test that assumes they run
@@ -217,6 +230,27 @@ def test_a_race_found_on_the_pool_fails_here_with_its_seed_and_replays(tmp_path:
         replay = run(project, files, "test_race.py::test_assumes_timer_order", option)
         assert outcome(replay) == {"failed": 1}, replay.stdout + replay.stderr
     assert pool_log(project) == ["made", "shutdown"]  # the replays made no pool
+
+
+def test_a_dask_cluster_runs_the_seeds_and_the_failure_is_shrunk_here(tmp_path: Path) -> None:
+    """The same race on a dask.distributed LocalCluster (real worker processes)."""
+    if importlib.util.find_spec("distributed") is None:
+        missing(
+            "dask.distributed is not installed (the test extra has it)", "TIDELOOP_REQUIRE_DASK"
+        )
+    files = {"test_race.py": RACE}
+    seeds = ["--tideloop-seeds=40", f"--tideloop-seed={FIRST_SEED}"]
+    project, here_project = projects(tmp_path)
+    expected = failing_seed(run(here_project, files, *seeds))
+    proc = run(project, files, *seeds, "--tideloop-executor=executors:dask")
+    assert outcome(proc) == {"failed": 1}, proc.stdout + proc.stderr
+    assert failing_seed(proc) == expected
+    assert (
+        "found on the executor (--tideloop-executor=executors:dask); failed here again"
+        in proc.stdout
+    ), proc.stdout
+    assert "1 deviation(s) from the unperturbed schedule" in proc.stdout, proc.stdout
+    assert pool_log(project) == ["made"]
 
 
 def test_a_correct_suite_passes_with_every_seed_run_on_the_pool(tmp_path: Path) -> None:
