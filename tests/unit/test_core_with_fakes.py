@@ -176,7 +176,11 @@ def test_zero_timeout_poll_skipped_while_only_the_waker_is_registered() -> None:
     skipped while no other thread exists (the syscall releases the GIL: a
     thread a callback woke runs at once, as on the stdlib loop). In a fresh
     interpreter: pytest's own threads (xdist's, a timeout's) must not count."""
-    script = _SKIP_CHECK.replace("BODY", BODY_OF_SKIP_CHECK)
+    _fresh_interpreter(_SKIP_CHECK.replace("BODY", BODY_OF_SKIP_CHECK))
+
+
+def _fresh_interpreter(script: str) -> None:
+    """Run *script* in a new interpreter (no thread of pytest's); it prints "ok"."""
     here = os.path.dirname(os.path.abspath(__file__))
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -257,18 +261,7 @@ def test_a_quiet_thread_does_not_stop_the_skip() -> None:
     """A thread that never needs the GIL handed over at once (the console's,
     asleep with nobody attached: quiet.py) does not make every iteration
     poll; any other thread still does. In a fresh interpreter, as above."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    result = subprocess.run(
-        [sys.executable, "-c", _QUIET_CHECK],
-        check=False,
-        cwd=here,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([here, TIDELOOP_SRC])},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "ok\n"
+    _fresh_interpreter(_QUIET_CHECK)
 
 
 def test_failed_registration_is_not_counted(env: Env) -> None:
