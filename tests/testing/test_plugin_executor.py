@@ -70,6 +70,16 @@ def not_an_executor():
     return 3
 
 
+def loop_noting_pool():
+    # The loop a factory gets (a Dask client makes its own, in a thread).
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    _log("loop:" + type(loop).__module__.split(".")[0])
+    loop.close()
+    return pool()
+
+
 def dask():
     # A LocalCluster's worker processes; the plugin shuts the executor
     # down, which leaves the cluster to its client: closed at exit.
@@ -276,6 +286,22 @@ def test_a_correct_suite_passes_with_every_seed_run_on_the_pool(tmp_path: Path) 
     assert [test for test, _ in runs].count("sync") == 1
     # One pool for the session, shut down at its end.
     assert pool_log(tmp_path) == ["made", "shutdown"]
+
+
+def test_the_factory_runs_under_the_policy_the_session_had_before_tideloops(
+    tmp_path: Path,
+) -> None:
+    """An executor's own loops are not testing loops: a Dask client's loop
+    thread, made under tideloop's policy, was taken for deadlocked."""
+    proc = run(
+        tmp_path,
+        {"test_control.py": CONTROL},
+        "--tideloop-seeds=21",
+        "--tideloop-executor=executors:loop_noting_pool",
+        "test_control.py::test_either_order",
+    )
+    assert outcome(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    assert pool_log(tmp_path) == ["loop:asyncio", "made", "shutdown"]
 
 
 def test_the_budget_stops_submitting_batches(tmp_path: Path) -> None:

@@ -585,11 +585,20 @@ class _Plugin:
         if self._executor is None:
             spec = self.executor_spec
             assert spec is not None and self._executor_factory is not None
+            # Made under the policy the session had before tideloop's: an
+            # executor's own loops (a Dask client's, in a thread of its own,
+            # for as long as it lives) are not the tests' loops, and a
+            # testing loop there would take its idle waits for deadlocks.
+            installed = self._policy_installed
+            self.uninstall_policy()
             try:
                 self._executor = make_executor(spec, self._executor_factory)
             except Exception as exc:
                 text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
                 raise pytest.UsageError(f"--tideloop-executor={spec}: {text}") from None
+            finally:
+                if installed:
+                    self.install_policy()
         return self._executor
 
     def close_executor(self) -> None:
