@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -433,6 +434,42 @@ def test_a_frame_that_waits_below_itself_runs_code_when_innermost(
     finally:
         stop.set()
     assert seen and all(seen), seen
+
+
+def test_a_worker_of_a_pool_shutting_down_is_busy(threads: list[threading.Thread]) -> None:
+    """A pool worker waiting on an empty queue is idle, unless its pool is
+    shutting down: then it exits with the sentinel each exiting worker
+    passes on, without the program, and may already have it (woken, but
+    waiting for the GIL: no trace). Jumped past, asyncio's 300 s timeout on
+    the executor's shutdown "expired" at once (CI, 3.14 under blockbuster).
+    A function of the pool's name and file stands in for its worker."""
+    namespace: dict[str, Any] = {}
+    source = (
+        "def _worker(executor_reference, work_queue):\n    work_item = work_queue.get(block=True)\n"
+    )
+    exec(compile(source, "/stand-in/thread.py", "exec"), namespace)
+
+    class Pool:
+        _shutdown = False
+
+    pool = Pool()
+    work_queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+    watch = ThreadWatch(others(), grace=5.0, compute_grace=5.0)
+    thread = start(threads, lambda: namespace["_worker"](weakref.ref(pool), work_queue))
+    try:
+        for _ in range(200):
+            frame = sys._current_frames().get(thread.ident or 0)
+            if frame is not None and frame.f_code.co_name == "_worker":
+                break
+            time.sleep(0.001)
+        time.sleep(0.05)  # in the get
+        assert not any(watch_for(watch, 0.1))  # idle: it waits for a job
+        pool._shutdown = True
+        with warnings_as_errors():
+            seen = watch_for(watch, 0.1)
+        assert seen and all(seen), seen
+    finally:
+        work_queue.put(None)
 
 
 def test_a_thread_blocked_in_an_unknown_call_is_let_go_of_once(

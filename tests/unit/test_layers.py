@@ -385,6 +385,7 @@ TESTING_MAY_READ: dict[tuple[str, str], str] = {
     ("concurrent.futures.thread", "_WorkItem"): "a thread pool's job: which thread runs which job",
     ("asyncio.events", "_get_event_loop_policy"): "the policy, without 3.14's warning",
     ("asyncio.events", "_set_event_loop_policy"): "the policy, without 3.14's warning",
+    ("executor", "_shutdown"): "a stdlib thread pool shutting down: its workers exit (ThreadWatch)",
     ("executor", "_max_workers"): "a stdlib pool's worker count: batches in flight (the plugin)",
 }
 

@@ -103,6 +103,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter as _real_clock  # bound now: seeded_globals patches time.*
 from types import CodeType, FrameType
@@ -240,6 +241,8 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
         # loop until it is.
         return not getattr(frame.f_locals.get("arrival"), "admitted", True)
     if where == _POOL_WORKER:
+        if _pool_closing(frame):
+            return False
         # A thread pool's worker waits on its queue (a SimpleQueue: a wait
         # in C, with no trace once woken): with a job in it, it is about to
         # take it.
@@ -249,6 +252,21 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
             empty and empty()
         )
     return True
+
+
+def _pool_closing(frame: FrameType) -> bool:
+    """Is the pool of the worker in *frame* (``_worker``) shutting down?
+
+    Such a worker exits once it has the sentinel each exiting worker passes
+    on: it acts without the program, and a join of it (the executor's
+    shutdown, under asyncio's 300 s timeout) must not be jumped past while
+    it may already be woken, waiting only for the GIL (no trace): busy.
+    """
+    ref = frame.f_locals.get("executor_reference")
+    if not isinstance(ref, weakref.ref):
+        return False
+    executor = ref()
+    return executor is None or getattr(executor, "_shutdown", False) is True
 
 
 #: A thread waiting for the loop to admit its handle (``_schedule._pause``).
@@ -1006,6 +1024,8 @@ class ThreadWatch:
         # worker's on its queue) are told by it, as without the wrapper.
         call = _call_at(frame) if where in _IDLE_FRAMES else _call_of(innermost, frame)
         blocked = _NOT_BLOCKED if call is None else _blocked(call)
+        if where == _POOL_WORKER and _pool_closing(frame):
+            blocked = _NOT_BLOCKED  # its queue's wait ends without the program
         sleeps = blocked.sleeps
         if blocked.waits or (_idle_at(frame, where) and not _woken_at(frame, where)):
             settle = where == _ACCEPT or blocked.settle
