@@ -598,6 +598,31 @@ def test_a_thread_given_an_ended_runner_threads_ident_is_watched(
     assert worker.ident not in baseline
 
 
+def test_a_thread_given_a_let_go_threads_ident_is_watched_afresh(
+    threads: list[threading.Thread],
+) -> None:
+    """A thread let go of (it held the clock past the grace) is "free" for
+    its life; the next thread, which glibc gives its ident once it ended,
+    must not inherit that (CI, 3.14: the executor's worker, on a let-go
+    spinner's ident, was jumped past by the 300 s shutdown timeout)."""
+    watch = ThreadWatch(others(), grace=0.05, compute_grace=0.05)
+    old = _Runner()  # polls with short sleeps: busy, then let go of
+    try:
+        with pytest.warns(VirtualTimeWarning):
+            seen = watch_for(watch, 0.3)
+        assert seen[0] and not seen[-1], seen  # held, then let go of
+    finally:
+        old.end()
+    stop = threading.Event()
+    with _handover_stack():
+        worker = start(threads, lambda: _compute(stop))
+    try:
+        assert worker.ident == old.ident  # glibc reused it: what this test is about
+        assert watch(), "the new thread computes: it holds the clock"
+    finally:
+        stop.set()
+
+
 def test_a_baseline_forgets_ended_threads_and_keeps_live_ones() -> None:
     runner = _Runner()
     try:

@@ -929,6 +929,7 @@ class ThreadWatch:
 
     __slots__ = (
         "_baseline",
+        "_bottoms",
         "_busy",
         "_compute_grace",
         "_grace",
@@ -960,6 +961,11 @@ class ThreadWatch:
         #: thread ident -> its CPU time when last seen waiting: a thread
         #: still in its wait whose CPU time moved has been woken
         self._idle_cpu: dict[int, float | None] = {}
+        #: thread ident -> the outermost frame of the thread the tables above
+        #: hold it for: glibc hands an ended thread's ident to the next one
+        #: at once, and the new thread must not inherit what the watch knew
+        #: of the old (let go of: "free" for its whole life)
+        self._bottoms: dict[int, FrameType] = {}
         #: executor jobs running out of sight (a process pool's) -> since when
         #: (real time), None once let go of
         self._unseen: dict[concurrent.futures.Future[Any], float | None] = {}
@@ -992,6 +998,14 @@ class ThreadWatch:
             for ident, frame in sys._current_frames().items()
             if ident != me and ident not in baseline
         ]
+        bottoms = self._bottoms
+        for ident, innermost, _ in watched:
+            bottom = _outermost(innermost)
+            if bottoms.get(ident) is not bottom:
+                # Another thread under a known ident (or a new one): what
+                # the watch knew under it was another thread's.
+                self._forget(ident)
+                bottoms[ident] = bottom
         unseen = {j for j in jobs if isinstance(j, concurrent.futures.Future)}
         busy = unsure = False
         idle_workers = 0
@@ -1004,11 +1018,20 @@ class ThreadWatch:
             unsure = unsure or state == "settle"
             idle_workers += state == "idle" and _where(innermost)[1] == _POOL_WORKER
         seen = {ident for ident, _, _ in watched}
+        for ident in [i for i in bottoms if i not in seen]:
+            self._forget(ident)
+            del bottoms[ident]
         for table in (self._busy, self._let_go, self._idle_cpu):
             for ident in [i for i in table if i not in seen]:
                 del table[ident]
         self._warned &= seen
         return self._out_of_sight(unseen, now, idle_workers) or busy, unsure
+
+    def _forget(self, ident: int) -> None:
+        self._busy.pop(ident, None)
+        self._let_go.pop(ident, None)
+        self._idle_cpu.pop(ident, None)
+        self._warned.discard(ident)
 
     def _look(
         self, ident: int, innermost: FrameType, cpu: float | None, now: float, job: Any
