@@ -955,9 +955,17 @@ DEEP_CONTROLS = [
 #: Races on a real thread's timing against a real timer: a loaded machine (a
 #: CI box running tests in parallel) delays a thread by milliseconds now and
 #: then, and then the bug bites with no perturbation at all, on any loop.
-#: Tests that run them unperturbed allow a few such runs.
+#: Tests that run them unperturbed allow a few such runs. Under virtual
+#: time too: the thread's work is real, and a loaded machine can keep it
+#: past ThreadWatch's grace (seen once on Debian's 3.15 in a full run: a
+#: seed of ``thread_event_under_virtual_time`` that failed did not replay).
 REAL_THREAD_TIMING = frozenset(
-    {"executor_result_vs_timer", "thread_result_vs_timer_5ms", "thread_result_vs_timer_50ms"}
+    {
+        "executor_result_vs_timer",
+        "thread_result_vs_timer_5ms",
+        "thread_result_vs_timer_50ms",
+        "thread_event_under_virtual_time",
+    }
 )
 
 # ----------------------------------------------------------------------
