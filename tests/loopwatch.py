@@ -2,11 +2,16 @@
 
 Imported by ``conftest.py`` (see its docstring for the rules) and by the
 test base's own tests.
+
+``TIDELOOP_TEST_SEED=S`` in the environment makes the tideloop loops
+perturbed ones (``tideloop.testing.new_event_loop(seed=S)``): how a whole
+run of tideloop's own tests is explored under a seed (docs/findings.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +20,21 @@ from tideloop._pollers import available
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
+#: The seed of every tideloop loop under test, or None: unperturbed.
+SEED = int(os.environ["TIDELOOP_TEST_SEED"]) if os.environ.get("TIDELOOP_TEST_SEED") else None
+
+
+def _tideloop_factory(poller: str) -> LoopFactory:
+    if SEED is None:
+        return lambda: tideloop.new_event_loop(poller=poller)
+    from tideloop import testing
+
+    return lambda: testing.new_event_loop(poller=poller, seed=SEED)
+
+
 FACTORIES: dict[str, LoopFactory] = {"asyncio": asyncio.SelectorEventLoop}
 for _name in available():
-    FACTORIES[f"tideloop-{_name}"] = lambda _n=_name: tideloop.new_event_loop(poller=_n)
+    FACTORIES[f"tideloop-{_name}"] = _tideloop_factory(_name)
 TIDELOOP_FACTORIES = [name for name in FACTORIES if name.startswith("tideloop")]
 
 

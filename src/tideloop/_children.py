@@ -208,6 +208,10 @@ class ChildWatcher:
         self._lock = threading.Lock()
         self._reaped_early: set[int] = set()
 
+    def watched(self) -> set[int]:
+        """The pids of the children watched through pidfds, not yet reaped."""
+        return set(self._pidfds)
+
     def send_signal(self, pid: int, sig: int) -> None:
         """``os.kill(pid, sig)``, unless a watcher thread has reaped *pid* already."""
         with self._lock:

@@ -224,6 +224,9 @@ class _View:
         running = self._get()._jobs.running
         return [] if running is None else list(running)
 
+    def children(self) -> set[int]:
+        return self._get()._children.watched()
+
 
 class _LetGo:
     """When a loop closes, its components' references to it become weak.

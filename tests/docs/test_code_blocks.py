@@ -69,6 +69,10 @@ OPT_OUTS: dict[tuple[str, str], str] = {
         "docs/reliability.md",
         "python -m bench.soak --loop tideloop,asyncio,uvloop --duration 600 \\",
     ): "three ten-minute soaks",
+    (
+        "docs/findings.md",
+        "python tests/peers/run.py --jobs 2 --explore 10                 # real time",
+    ): "explores four suites, about 35 minutes of both cores",
 }
 
 BLOCKS = all_blocks()

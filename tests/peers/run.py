@@ -20,9 +20,24 @@ differs), the whole suite runs on the stdlib loop too, as ``--both`` always does
     python tests/peers/run.py anyio --jobs 2        # one peer, two xdist workers
     python tests/peers/run.py aiohttp -- -k client  # extra pytest arguments
     python tests/peers/run.py --both                # whole suites on both loops
+    python tests/peers/run.py --explore 10 --explore-runs 5   # exploration
 
 Exit status 0 when every peer passes on tideloop wherever it passes on the stdlib
 loop; a table per peer either way.
+
+Exploration (``--explore N``): the tideloop run explores each async test under
+N schedules (``--tideloop-seeds=N``, shrunk and taped in
+``.peers/tapes/<interpreter>/<peer>/``), and ``--explore-runs K`` runs the
+whole suite K times more under seeds 1..K (``--tideloop-seed``: the only way a
+sync test that runs its own loop, such as aioquic's, meets another schedule).
+A test that fails so, and not unperturbed, is a finding: a tape the plugin
+classified (ordering, timing, latent), or a seed that fails the test again
+when it runs alone. `REVIEWED` holds each finding's class, ordering race or
+timing assumption, with its reason (docs/findings.md has each, with a
+reproduction on the stdlib loop); a finding not there fails the run, and so
+would a false alarm (a schedule asyncio cannot produce), which is fixed in
+tideloop rather than listed. The stdlib loop never gets the exploration's
+options.
 """
 
 from __future__ import annotations
@@ -171,6 +186,135 @@ KNOWN: dict[tuple[str, str], str] = {}
 #: Re-runs, one test at a time, of what failed on tideloop but passed on
 #: the stdlib loop, before it counts as a regression.
 RERUNS = 5
+
+#: Exploration findings, reviewed one by one: (peer, test id) -> (class, why).
+#: The class is "ordering race" (a legal order of callbacks breaks it),
+#: "timing assumption" (it needs an operation to finish within a timer's
+#: delay) or "collateral" (it fails only after an earlier finding of the
+#: same run, for what that one left behind, and passes alone);
+#: docs/findings.md has each, with a reproduction on the stdlib loop.
+#: There is no "false alarm" class: a schedule asyncio cannot produce is a
+#: bug in tideloop, fixed there.
+REVIEWED: dict[tuple[str, str], tuple[str, str]] = {
+    (
+        "anyio",
+        "tests/test_from_thread.py::TestBlockingPortal::test_aexit_with_exception[asyncio]",
+    ): (
+        "timing assumption",
+        "the test's two threads must reach portal.call() within its sleep(0.1); a thread "
+        "that takes longer finds the portal's task group closed (RuntimeError, not the "
+        "CancelledError the test expects)",
+    ),
+    (
+        "anyio",
+        "tests/test_from_thread.py::TestBlockingPortal::test_aexit_without_exception[asyncio]",
+    ): (
+        "timing assumption",
+        "as test_aexit_with_exception: a thread that reaches portal.call() after the "
+        "test's sleep(0.1) finds the portal closed",
+    ),
+    (
+        "anyio",
+        "tests/test_subprocesses.py::test_wait_returns_on_process_exit_with_open_stdout[asyncio]",
+    ): (
+        "timing assumption",
+        "its child must start and exit within the test's fail_after(5): the minimal "
+        "schedule has tideloop's spawn thread take longer than that timer",
+    ),
+    (
+        "anyio",
+        "tests/test_subprocesses.py::test_close_with_stdout_blocked_subprocess[asyncio]",
+    ): (
+        "timing assumption",
+        "as test_wait_returns_on_process_exit_with_open_stdout: the child's start taking "
+        "longer than the test's fail_after(5)",
+    ),
+    (
+        "anyio",
+        "tests/test_to_thread.py::test_asyncio_run_does_not_leak_event_loop",
+    ): (
+        "timing assumption",
+        "it asserts the loop is freed right after anyio.run() returns, but anyio's worker "
+        "thread holds it until it ends, a moment later; on virtual time the run ends "
+        "sooner and the main thread gets there first (a late worker fails it on asyncio)",
+    ),
+    (
+        "anyio",
+        "tests/test_synchronization.py::TestLock::test_contextmanager[asyncio]",
+    ): (
+        "collateral",
+        "a ResourceWarning for the pipes an earlier failing subprocess test left open, "
+        "collected during it; it passes alone",
+    ),
+    (
+        "anyio",
+        "tests/test_taskgroups.py::test_propagate_native_cancellation_from_taskgroup[asyncio]",
+    ): (
+        "collateral",
+        "as TestLock::test_contextmanager: an earlier subprocess test's pipes, collected "
+        "during it; it passes alone",
+    ),
+}
+
+CLASSES = ("ordering race", "timing assumption", "collateral")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A test that failed under exploration, and not unperturbed."""
+
+    test_id: str
+    #: "seed 3" (the plugin's exploration) or "whole run, seed 2".
+    found_by: str
+    #: The plugin's class of its minimal schedule (ordering, timing, latent),
+    #: "seed" for a whole run's seed (not shrunk: the test is sync),
+    #: "virtual time" for a test that fails unperturbed on virtual time and
+    #: passes on real time, or "collateral" for one that passes alone on
+    #: virtual time too (`virtual_time_findings`).
+    kind: str
+    summary: str
+    replay: str
+
+
+def tape_findings(folder: Path) -> tuple[list[Finding], dict[str, Finding]]:
+    """The findings among a run's tapes, and the tests whose tapes say deterministic.
+
+    A deterministic tape is a test that fails unperturbed: not a finding, it
+    goes through the comparison with the stdlib loop like any failure (on
+    virtual time, one that passes on real time is a finding of virtual
+    time's: `virtual_time_findings`).
+    """
+    found: dict[str, Finding] = {}
+    deterministic: dict[str, Finding] = {}
+    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+        tape = json.loads(path.read_text())
+        test_id = tape["scenario"]
+        kind = tape.get("kind", "?")
+        replay = f"pytest '{test_id}' --tideloop-tape={path}"
+        if tape.get("virtual_time"):
+            replay += " --tideloop-virtual-time"
+        text = tape.get("failure") if kind == "deterministic" else tape.get("summary")
+        lines = (text or tape.get("failure") or "").splitlines()
+        finding = Finding(
+            test_id, tape.get("found_by", "?"), kind, lines[0] if lines else "", replay
+        )
+        (deterministic if kind == "deterministic" else found).setdefault(test_id, finding)
+    return list(found.values()), deterministic
+
+
+def review(peer: str, findings: list[Finding]) -> list[str]:
+    """The problems with a peer's findings: each one not reviewed."""
+    problems = []
+    for finding in findings:
+        entry = REVIEWED.get((peer, finding.test_id))
+        if entry is None:
+            problems.append(
+                f"{finding.test_id}: not reviewed ({finding.kind}, {finding.found_by}): "
+                f"{finding.summary}"
+            )
+        elif entry[0] not in CLASSES:
+            problems.append(f"{finding.test_id}: class {entry[0]!r} is not one of {CLASSES}")
+    return problems
 
 
 def log(message: str) -> None:
@@ -403,13 +547,152 @@ def stdlib_side(
     return stdlib, loops, elapsed, place
 
 
+#: A test's outcome on tideloop when exploration found it failing (it is
+#: reviewed, not compared: unperturbed, it passes).
+FINDING = "finding"
+
+
 def compare(peer: Peer, stdlib: dict[str, str], tide: dict[str, str]) -> list[str]:
     regressions = []
     for test_id, outcome in sorted(stdlib.items()):
-        lost = outcome == "passed" and tide.get(test_id) != "passed"
+        lost = outcome == "passed" and tide.get(test_id) not in ("passed", FINDING)
         if lost and (peer.name, test_id) not in KNOWN:
             regressions.append(f"{test_id}: {tide.get(test_id, 'not run')}")
     return regressions
+
+
+def explore_options(args: argparse.Namespace, tag: str, peer: Peer) -> list[str]:
+    """The tideloop run's exploration options (none without ``--explore``)."""
+    if not args.explore:
+        return []
+    tapes = CACHE / "tapes" / tag / peer.name
+    if tapes.exists():
+        shutil.rmtree(tapes)  # the findings are this run's tapes
+    tapes.mkdir(parents=True)
+    options = [
+        f"--tideloop-seeds={args.explore}",
+        f"--tideloop-seeds-budget={args.explore_budget}",
+        f"--tideloop-tape-dir={tapes}",
+    ]
+    if args.explore_virtual_time:
+        options.append("--tideloop-virtual-time")
+    return options
+
+
+def explore(
+    peer: Peer,
+    place: Place,
+    args: argparse.Namespace,
+    tide: dict[str, str],
+    *,
+    extra: list[str],
+    explored: list[str],
+    unperturbed: dict[str, Finding],
+) -> list[Finding]:
+    """The findings: the explored run's tapes, then the seeded whole runs'.
+
+    A test a finding names has its outcome set to `FINDING` in ``tide``;
+    the tests whose tapes fail unperturbed go in *unperturbed*.
+    """
+    tape_dir = Path(
+        next(o for o in explored if o.startswith("--tideloop-tape-dir=")).split("=", 1)[1]
+    )
+    findings, deterministic = tape_findings(tape_dir)
+    for finding in findings:
+        tide[finding.test_id] = FINDING
+    unperturbed.update(deterministic)
+    virtual = ["--tideloop-virtual-time"] if args.explore_virtual_time else []
+    for seed in range(1, args.explore_runs + 1):
+        fresh = Place(place.venv, source(peer, sdist(peer, args.python), place.tag), place.tag)
+        seeded_args = [*extra, *virtual, f"--tideloop-seed={seed}"]
+        seeded, _, _ = run_suite(peer, fresh, f"tideloop-seed{seed}", args.jobs, seeded_args)
+        new = sorted(
+            test_id
+            for test_id, outcome in seeded.items()
+            if outcome in ("failed", "error") and tide.get(test_id) == "passed"
+        )
+        if not new:
+            continue
+        # Alone, under the same seed: a failure the whole run's load made
+        # (a subprocess's timeout) passes here, and is not a finding.
+        fresh = Place(place.venv, source(peer, sdist(peer, args.python), place.tag), place.tag)
+        alone, _, _ = run_suite(peer, fresh, f"tideloop-seed{seed}-alone", 1, seeded_args, only=new)
+        for test_id in new:
+            if alone.get(test_id) not in ("failed", "error"):
+                log(f"{peer.name}: under seed {seed}, {test_id} failed in the whole run, not alone")
+                continue
+            replay = f"pytest '{test_id}' {' '.join(virtual)} --tideloop-seed={seed}".replace(
+                "  ", " "
+            )
+            findings.append(Finding(test_id, f"whole run, seed {seed}", "seed", "", replay))
+            tide[test_id] = FINDING
+    return findings
+
+
+def virtual_time_findings(
+    peer: Peer,
+    place: Place,
+    regressions: list[str],
+    unperturbed: dict[str, Finding],
+    *,
+    extra: list[str],
+) -> list[Finding]:
+    """The tests that fail unperturbed on virtual time and pass on real time.
+
+    Of *regressions* (they pass on the stdlib loop), those whose tape says
+    the unperturbed schedule fails: each is run again alone on real time
+    (without the exploration's options). One that passes there is a finding
+    of virtual time's (a real duration the test depends on, or a false
+    alarm), reviewed like the others, not taken for a flaky test; unless it
+    also passes alone on virtual time: then it failed for what an earlier
+    test of the run left behind (a finding's child pipes, collected in it),
+    and its kind says so (``collateral``).
+    """
+    ids = [line.split(": ")[0] for line in regressions]
+    ids = [test_id for test_id in ids if test_id in unperturbed]
+    if not ids:
+        return []
+    real, _, _ = run_suite(peer, place, "tideloop-real-time", 1, extra, only=ids)
+    ids = [test_id for test_id in ids if real.get(test_id) == "passed"]
+    if not ids:
+        return []
+    virtual = [*extra, "--tideloop-virtual-time"]
+    alone, _, _ = run_suite(peer, place, "tideloop-virtual-alone", 1, virtual, only=ids)
+    return [
+        dataclasses.replace(
+            unperturbed[test_id],
+            found_by="unperturbed",
+            kind="collateral" if alone.get(test_id) == "passed" else "virtual time",
+        )
+        for test_id in ids
+    ]
+
+
+def finding_rows(peer: Peer, findings: list[Finding], stdlib: dict[str, str]) -> list[str]:
+    rows = []
+    for finding in findings:
+        entry = REVIEWED.get((peer.name, finding.test_id))
+        reviewed = entry[0] if entry else "NOT REVIEWED"
+        rows.append(
+            f"| {peer.name} | `{finding.test_id}` | {finding.found_by} | {finding.kind} "
+            f"| {stdlib.get(finding.test_id, 'not run')} | {reviewed} |"
+        )
+    return rows
+
+
+def save_findings(peer: Peer, tag: str, findings: list[Finding], stdlib: dict[str, str]) -> None:
+    """``.peers/results/<interpreter>/<peer>-explore.json``: the findings, for a later look."""
+    results = CACHE / "results" / tag
+    results.mkdir(parents=True, exist_ok=True)
+    data = [
+        {
+            **dataclasses.asdict(finding),
+            "stdlib": stdlib.get(finding.test_id, "not run"),
+            "reviewed": REVIEWED.get((peer.name, finding.test_id)),
+        }
+        for finding in findings
+    ]
+    (results / f"{peer.name}-explore.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
 def main() -> int:
@@ -421,6 +704,32 @@ def main() -> int:
         "--both",
         action="store_true",
         help="the whole suite on the stdlib loop too (default: what did not pass on tideloop)",
+    )
+    parser.add_argument(
+        "--explore",
+        type=int,
+        default=0,
+        metavar="N",
+        help="explore each async test under N schedules on tideloop (--tideloop-seeds=N)",
+    )
+    parser.add_argument(
+        "--explore-runs",
+        type=int,
+        default=0,
+        metavar="K",
+        help="and run the whole suite K times more, under seeds 1..K (sync tests too)",
+    )
+    parser.add_argument(
+        "--explore-budget",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="real time a test's exploration may take (default 20)",
+    )
+    parser.add_argument(
+        "--explore-virtual-time",
+        action="store_true",
+        help="explore on virtual time (--tideloop-virtual-time)",
     )
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -438,16 +747,31 @@ def main() -> int:
     ).stdout.strip()
     failed = False
     rows = []
+    explored_rows: list[str] = []
     for name in names:
         peer = PEERS[name]
         src = source(peer, sdist(peer, args.python), tag)
         venv = environment(peer, args.python, tag, src)
         place = Place(venv, src, tag)
-        tide, tide_loops, t2 = run_suite(peer, place, "tideloop", args.jobs, extra)
+        explored = explore_options(args, tag, peer)
+        tide, tide_loops, t2 = run_suite(peer, place, "tideloop", args.jobs, extra + explored)
+        findings: list[Finding] = []
+        unperturbed: dict[str, Finding] = {}
+        if args.explore:
+            findings = explore(
+                peer, place, args, tide, extra=extra, explored=explored, unperturbed=unperturbed
+            )
         stdlib, stdlib_loops, t1, place = stdlib_side(
             peer, place, args.python, tide, jobs=args.jobs, extra=extra, both=args.both
         )
         regressions = compare(peer, stdlib, tide)
+        if args.explore_virtual_time:
+            for finding in virtual_time_findings(
+                peer, place, regressions, unperturbed, extra=extra
+            ):
+                findings.append(finding)
+                tide[finding.test_id] = FINDING
+            regressions = compare(peer, stdlib, tide)
         for attempt in range(1, RERUNS + 1):
             if not regressions:
                 break
@@ -481,6 +805,15 @@ def main() -> int:
             log(f"{peer.name}: {len(regressions)} tests pass on the stdlib loop, not on tideloop:")
             for line in regressions:
                 print(f"   {line}")
+        if args.explore:
+            explored_rows.extend(finding_rows(peer, findings, stdlib))
+            save_findings(peer, tag, findings, stdlib)
+            problems = review(peer.name, findings)
+            if problems:
+                failed = True
+                log(f"{peer.name}: {len(problems)} findings of the exploration need a review:")
+                for line in problems:
+                    print(f"   {line}")
     print()
     print(f"Python: {tag}")
     print(
@@ -490,6 +823,17 @@ def main() -> int:
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for row in rows:
         print(row)
+    if args.explore:
+        print()
+        print(
+            f"Exploration: {args.explore} schedules a test, {args.explore_runs} seeded whole runs"
+        )
+        print("| suite | test | found by | kind | on the stdlib loop | class (REVIEWED) |")
+        print("|---|---|---|---|---|---|")
+        for row in explored_rows:
+            print(row)
+        if not explored_rows:
+            print("| (none) | | | | | |")
     return 1 if failed else 0
 
 

@@ -226,3 +226,45 @@ def test_real_time_keeps_asyncios_behaviour() -> None:
     for run in (asyncio.run, testing.run):
         with pytest.raises(TimeoutError):
             run(bounded())
+
+
+@pytest.mark.parametrize("runner", ["asyncio", "tideloop-virtual-time"])
+def test_the_main_thread_may_wake_a_loop_on_another_thread(runner: str) -> None:
+    """anyio's blocking portal: a loop runs on a thread the main thread started.
+    The main thread is busy while the loop is made, then waits for what the
+    loop hands it, then calls into the loop. While it waits, the loop has
+    nothing to do: no report (it was a false alarm in anyio's suite under
+    virtual time), and the portal stops when told, as on the stdlib loop."""
+    import concurrent.futures
+
+    handed: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]]
+    handed = concurrent.futures.Future()
+    outcome: list[object] = []
+
+    async def portal() -> str:
+        stop = asyncio.Event()
+        handed.set_result((asyncio.get_running_loop(), stop))
+        await stop.wait()
+        return "stopped"
+
+    def run_portal() -> None:
+        try:
+            if runner == "asyncio":
+                outcome.append(asyncio.run(portal()))
+            else:
+                outcome.append(testing.run(portal(), virtual_time=True))
+        except BaseException as exc:  # the test's thread reports it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_portal)
+    thread.start()
+    spin_until = time.monotonic() + 0.05  # busy while the loop is made
+    while time.monotonic() < spin_until:
+        pass
+    loop, stop = handed.result(timeout=5)
+    time.sleep(0.05)  # waiting on the main thread, the loop has nothing to do
+    if not outcome:
+        loop.call_soon_threadsafe(stop.set)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert outcome == ["stopped"]

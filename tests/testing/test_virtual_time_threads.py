@@ -850,3 +850,237 @@ def test_a_timer_rearmed_at_the_instant_it_runs_lets_time_move_on() -> None:
 
     real, virtual = both(main)
     assert real == (True, True) and virtual == (True, True)
+
+
+# A timed wait for the program (found on anyio's suite under virtual time)
+
+
+def test_a_job_in_a_timed_wait_the_program_ends_lets_time_move() -> None:
+    """anyio's ``test_thread_cancelled``: a worker waits ``Event.wait(3)``,
+    which a task sets after ``sleep(0.1)``. On a real clock the sleep ends
+    first; under virtual time the clock jumps the 0.1 s at once (it cannot
+    pass anything the thread does by itself), without holding the clock a
+    grace second and without a warning."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        event = threading.Event()
+        t0 = loop.time()
+
+        async def setter() -> None:
+            await asyncio.sleep(0.1)
+            event.set()
+
+        task = asyncio.ensure_future(setter())
+        woke = await asyncio.to_thread(event.wait, 3)
+        await task
+        return woke, round(loop.time() - t0, 1)
+
+    with warnings_as_errors():
+        stdlib, virtual = both(main)
+    assert stdlib == virtual == (True, 0.1)
+
+
+def test_a_thread_asleep_past_a_timeout_lets_the_timeout_fire_first() -> None:
+    """anyio's ``test_receive_timeout``: a server thread sleeps 1 s before it
+    answers, the client gives up after 0.1 s. On a real clock the timeout
+    fires first; under virtual time too (the sleep cannot end within the
+    jump), not the thread's answer first."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str] = loop.create_future()
+
+        def later() -> None:
+            time.sleep(0.5)
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result("thread"))
+
+        thread = threading.Thread(target=later)
+        thread.start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), 0.05)
+        except TimeoutError:
+            return "timeout"
+        finally:
+            await asyncio.to_thread(thread.join)
+
+    with warnings_as_errors():
+        assert both(main) == ("timeout", "timeout")
+
+
+def timed_waiter(timeout: float, stop: threading.Event) -> Callable[[], object]:
+    return lambda: stop.wait(timeout)
+
+
+def timed_sleeper(seconds: float, stop: threading.Event) -> Callable[[], object]:
+    return lambda: time.sleep(seconds)
+
+
+@pytest.mark.parametrize("make", [timed_waiter, timed_sleeper], ids=["event-wait", "sleep"])
+def test_a_timed_wait_is_idle_for_a_jump_shorter_than_its_timeout_only(
+    threads: list[threading.Thread], make: Callable[[float, threading.Event], Callable[[], object]]
+) -> None:
+    """The rule itself: a thread in ``Event.wait(2)`` (or ``time.sleep(2)``)
+    begun after the watch's last look is idle for a jump of 0.5 s (twice:
+    1 s let through), busy for one of 5 s (it acts first, as
+    ``threading.Timer`` does), and busy for another 1.2 s once the jumps let
+    through leave less than that."""
+    stop = threading.Event()
+    watch = ThreadWatch(others(), grace=5.0, compute_grace=5.0)
+    thread = start(threads, make(2.0, stop))
+    try:
+        in_wait(thread)
+        with warnings_as_errors():
+            assert watch((), 5.0), "a 5 s jump would pass its timeout"
+            assert not watch((), 0.5)
+            assert not watch((), 0.5)
+            assert watch((), 1.2), "1 s was let through: less than 1.2 s surely left"
+    finally:
+        stop.set()
+
+
+def in_wait(thread: threading.Thread) -> None:
+    """Until *thread* is in ``Condition.wait`` or ``time.sleep``."""
+    deadline = time.monotonic() + 5
+    while True:
+        frame, where = _where(sys._current_frames()[thread.ident or 0])
+        if where == ("threading.py", "wait") or frame.f_code.co_name == "<lambda>":
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    time.sleep(0.02)  # past the frame's first lines, blocked in its lock
+
+
+def test_a_timed_wait_under_way_at_the_first_look_is_busy(
+    threads: list[threading.Thread],
+) -> None:
+    """When a wait already under way when the watch was made began is
+    unknown: it may be about to time out, so it holds the clock."""
+    stop = threading.Event()
+    baseline = others()
+    thread = start(threads, timed_waiter(30.0, stop))  # (a sleep: stop() cannot end it)
+    try:
+        in_wait(thread)
+        watch = ThreadWatch(baseline, grace=5.0, compute_grace=5.0)
+        with warnings_as_errors():
+            assert watch((), 0.1)
+    finally:
+        stop.set()
+
+
+# Child processes (found on anyio's suite under virtual time)
+
+
+def test_a_timeout_around_a_working_child_does_not_fire_first() -> None:
+    """anyio's ``test_wait_returns_on_process_exit_with_open_stdout``: a 5 s
+    timeout around ``proc.wait()`` on a child that works a moment, then
+    exits. On a real clock the child wins; under virtual time too: a child
+    that runs holds the clock (it may be about to write or exit)."""
+
+    async def main() -> object:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; sum(range(3 * 10**6)); sys.exit(3)"
+        )
+        return await asyncio.wait_for(proc.wait(), 5)
+
+    with warnings_as_errors():
+        assert both(main) == (3, 3)
+
+
+def test_a_sleeping_child_lets_time_move() -> None:
+    """A child asleep (``time.sleep`` in it, or a read nobody answers) holds
+    nothing: a 0.2 s timeout around its wait fires on virtual time at once,
+    as on a real clock (after 0.2 s)."""
+
+    async def main() -> object:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import time; time.sleep(30)"
+        )
+        try:
+            await asyncio.wait_for(proc.wait(), 0.2)
+        except TimeoutError:
+            return "timeout"
+        finally:
+            proc.kill()
+            await proc.wait()
+        return "exited"
+
+    with warnings_as_errors():
+        assert both(main) == ("timeout", "timeout")
+
+
+def test_a_child_watch_holds_for_a_running_child_then_lets_it_go() -> None:
+    """The rule itself: idle while asleep, busy while it runs, let go of
+    with a warning after the grace, busy again once seen idle between."""
+    from tideloop.testing._processes import ChildWatch, process_state
+
+    assert process_state(os.getpid()) == b"R"  # this process, reading it
+    assert process_state(2**22 + 12345) is None  # no such process
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while process_state(sleeper.pid) != b"S":  # past its start-up
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        watch = ChildWatch(grace=0.2)
+        assert not watch([sleeper.pid])
+        assert watch([spinner.pid])
+        time.sleep(0.3)
+        with pytest.warns(VirtualTimeWarning, match=f"child process {spinner.pid}"):
+            assert not watch([spinner.pid])
+        assert not watch([spinner.pid])  # let go of: once only
+    finally:
+        for child in (sleeper, spinner):
+            child.kill()
+            child.wait()
+
+
+def test_a_childs_working_descendant_holds_the_clock() -> None:
+    """A child asleep while its own child works (``Popen`` waiting for its
+    grandchild): busy, through the grandchild."""
+    from tideloop.testing._processes import ChildWatch, descendants, process_state
+
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while not descendants(child.pid) or process_state(child.pid) != b"S":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert ChildWatch(grace=5.0)([child.pid])
+    finally:
+        for pid in descendants(child.pid):
+            os.kill(pid, 9)
+        child.kill()
+        child.wait()
+
+
+def test_a_grandchild_that_outlives_its_parent_is_still_watched() -> None:
+    """anyio's ``test_wait_returns_on_process_exit_with_open_stdout``: the
+    child starts a grandchild that keeps the child's stdout and stdin, and
+    exits. The grandchild, its stdin closed, computes a moment and exits,
+    and the program waits for its stdout's EOF under a 3 s timeout: the EOF
+    comes first, as on a real clock, though the grandchild is no longer
+    below any child of the loop's."""
+    code = (
+        "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+        "'import select, sys; select.select([sys.stdin], [], [], 10); "
+        "sum(range(3 * 10**6))'])"
+    )
+
+    async def main() -> object:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()  # the grandchild's too: it computes, then exits
+        rest = await asyncio.wait_for(proc.stdout.read(), 3)  # EOF once it exits
+        return await asyncio.wait_for(proc.wait(), 3), rest
+
+    with warnings_as_errors():
+        assert both(main) == ((0, b""), (0, b""))

@@ -159,7 +159,7 @@ class CoreLoop(LoopBase):
         #: for `BUSY_THREAD_SLICE` real seconds and asks again); and what is
         #: called where the loop would block with nothing ready, no timer and
         #: no thread job (it may raise: nothing can ever happen again).
-        self._threads_busy: Callable[[], bool] | None = None
+        self._threads_busy: Callable[[float], bool] | None = None
         self._stuck: Callable[[], None] | None = None
         #: A virtual clock's ``reach(deadline)``, if it has one: time moved
         #: forward to a timer's deadline before the timer runs

@@ -307,6 +307,11 @@ class LoopView(Protocol):
         job, the loop's future of each helper thread's."""
         ...
 
+    def children(self) -> set[int]:
+        """The pids of the loop's child processes that have not exited (or
+        whose exit the loop has not seen yet)."""
+        ...
+
 
 class Supervisor(Protocol):
     """A watch over a loop's run, given at construction (``tideloop.testing``).
@@ -315,10 +320,11 @@ class Supervisor(Protocol):
     loop without one runs none of its code:
 
     - `bind` once, with the loop's `LoopView`, before anything else;
-    - `threads_busy` under virtual time, before the clock would jump: True
-      means a thread (an executor job's among them) may be about to hand
-      the loop work, so the loop polls in real time for a short slice and
-      asks again; False lets the clock move, thread jobs in flight or not
+    - `threads_busy` under virtual time, before the clock would jump by
+      *jump* seconds (to the next timer): True means a thread (an executor
+      job's among them) may be about to hand the loop work within that
+      time, so the loop polls in real time for a short slice and asks
+      again; False lets the clock move, thread jobs in flight or not
       (without a supervisor, a job in flight holds the clock);
     - `stuck` under virtual time, where the loop would block with no
       callback ready, no timer and no thread job: it may raise (out of
@@ -329,7 +335,7 @@ class Supervisor(Protocol):
 
     def bind(self, view: LoopView) -> None: ...
 
-    def threads_busy(self) -> bool: ...
+    def threads_busy(self, jump: float) -> bool: ...
 
     def stuck(self) -> None: ...
 

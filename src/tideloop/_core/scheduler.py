@@ -162,7 +162,7 @@ class Scheduler(asyncio.AbstractEventLoop):
     _virtual_wait: WaitFn | None
     _clock_wait: WaitFn | None
     _jobs: ThreadJobs
-    _threads_busy: Callable[[], bool] | None
+    _threads_busy: Callable[[float], bool] | None
     _clock_reach: Callable[[float], object] | None
     _spin_at: float
     _spins: int
@@ -610,7 +610,7 @@ class Scheduler(asyncio.AbstractEventLoop):
                 # the clock, so the loop waits for it in real time; one
                 # blocked waiting for the program does not, or the two would
                 # wait for each other forever.
-                if self._threads_busy():
+                if self._threads_busy(timeout):
                     return poll(BUSY_THREAD_SLICE)
             elif running:
                 timeout = None

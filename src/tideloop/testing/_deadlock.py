@@ -19,7 +19,13 @@ means the loop just waits, as before:
   test runner's: pytest-xdist's reader, pytest-timeout's timer; see
   ``tideloop.testing._threads``), less any that has since called
   ``call_soon_threadsafe`` on the loop. A thread idle then (waiting on a
-  queue, an event, a select) counts: the program may wake it;
+  queue, an event, a select) counts: the program may wake it. The main
+  thread always counts when the loop runs on another: it is the program's
+  (it started the loop's thread, directly or not, as anyio's blocking
+  portal does), and its look when the loop was made says nothing (busy
+  starting the thread, it then waits for what the loop hands it, and calls
+  into the loop after: anyio's suite under virtual time had this false
+  alarm);
 - a real fd is registered, by the program or by the loop for it (a
   socket, a pipe, a child process's pidfd may yet become ready); only the
   loop's waker (written by threads, above) and signal pipe (below) and
@@ -80,16 +86,20 @@ def check(
     Threads in *baseline* (busy when the loop was made: pytest-xdist's and
     pytest-timeout's, say; see `runner_threads`) and the idle workers of the
     loop's default executor (an executor job in flight is counted by the
-    core) are not taken for possible wakers; any other thread is. An fd for
+    core) are not taken for possible wakers; any other thread is, and the
+    main thread always is when the loop runs on another. An fd for
     which *simulated* is true is a simulated socket (a `SimNetwork`
     delivers only through timers): it cannot wake the loop either.
     """
     __tracebackhide__ = hide_loop_frames  # pytest: the program's frames first
     idle_workers = view.executor_threads()
     current = threading.get_ident()
+    main = threading.main_thread().ident
     for thread in threading.enumerate():
         ident = thread.ident
-        if ident != current and ident not in baseline and ident not in idle_workers:
+        if ident == current:
+            continue
+        if ident == main or (ident not in baseline and ident not in idle_workers):
             return
     # Every registered fd may yet fire (a child's pidfd is the loop's own
     # registration, and a child's exit wakes it) except the waker, which

@@ -10,6 +10,8 @@ run that the loop does not:
 - the threads that were busy when the loop was made are a test runner's
   (its *baseline*, `runner_threads`), until one calls
   ``call_soon_threadsafe`` on the loop (`track_producers`);
+- a child process of the loop's that runs holds the clock too
+  (`ChildWatch`): it may be about to write to the loop or exit;
 - a thread of the program's that looks busy holds the clock still
   (`ThreadWatch`), an executor job's included: the core leaves the
   decision about jobs in flight here, so a job blocked waiting for the
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from tideloop._core.interfaces import LoopView
 
 from . import _deadlock
+from ._processes import ChildWatch
 from ._report import hide_loop_frames
 from ._sim import SimNetwork
 from ._threads import ThreadWatch, runner_threads, track_producers
@@ -44,13 +47,14 @@ __all__ = ["VirtualTimeWatch"]
 class VirtualTimeWatch:
     """Busy threads and deadlocks of one virtual-time loop (a `Supervisor`)."""
 
-    __slots__ = ("_baseline", "_network", "_reported", "_threads", "_view")
+    __slots__ = ("_baseline", "_children", "_network", "_reported", "_threads", "_view")
 
     def __init__(self, network: SimNetwork | None = None) -> None:
         # Threads busy now (a test runner's) are not taken for the program's,
         # until one calls call_soon_threadsafe on this loop.
         self._baseline = runner_threads()
         self._threads = ThreadWatch(self._baseline)
+        self._children = ChildWatch()
         self._network = network
         self._view: LoopView | None = None
         self._reported = False
@@ -58,9 +62,11 @@ class VirtualTimeWatch:
     def bind(self, view: LoopView) -> None:
         self._view = view
 
-    def threads_busy(self) -> bool:
+    def threads_busy(self, jump: float) -> bool:
         view = self._view
-        return self._threads(() if view is None else view.thread_jobs())
+        if view is None:
+            return self._threads((), jump)
+        return self._threads(view.thread_jobs(), jump) or self._children(view.children())
 
     def stuck(self) -> None:
         __tracebackhide__ = hide_loop_frames  # pytest: the program's frames first

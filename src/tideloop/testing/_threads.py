@@ -35,6 +35,20 @@ Facts / what this means for us:
 - Only the innermost frame says a thread waits: a frame that waits in a
   frame below it (``Semaphore.acquire``, ``Queue.get``), seen innermost,
   runs Python code.
+- A thread in ``Condition.wait`` with a timeout (``Event.wait(3)``) or in
+  ``time.sleep`` acts by itself only when the timeout or the sleep ends:
+  before that, only if another thread wakes it. So for a jump shorter
+  than what is surely left of it the thread is idle (the jump passes
+  nothing it does by itself: a real clock would reach the loop's timer
+  first), and for a longer one busy (``threading.Timer``, a poll loop: it
+  acts first). What is surely left is its length less the real time since
+  the watch's last look before it began (it began after that look) and
+  less the jumps already let through during it; one already under way at
+  the watch's first look (its construction) is busy: when it began is
+  unknown. anyio's suite under virtual time had both: a worker in
+  ``Event.wait(3)`` that the program sets after a ``sleep(0.1)`` (held
+  for a grace second, then warned about), and a server thread asleep for
+  1 s whose answer came before the client's 0.1 s timeout.
 - A thread notified in ``Condition.wait`` (its waiter taken out of the
   condition's list) is busy, though its frame is still the wait's: it is
   only waiting for the GIL, and a jump now would pass the work it was
@@ -50,9 +64,10 @@ Facts / what this means for us:
 - A thread that is starting or ending (in ``Thread._bootstrap_inner``,
   outside its target) counts as busy: a new thread has its whole target
   ahead of it, and an ending one is gone a moment later.
-- Anything else (Python code running, ``time.sleep``, a wait with a
-  timeout such as ``threading.Timer``'s, a blocking ``recv`` or C call made
-  from the thread's own code) is *busy*, and holds the clock for a while.
+- Anything else (Python code running, a ``time.sleep`` or a wait with a
+  timeout that may end within the jump, as ``threading.Timer``'s, a
+  blocking ``recv`` or C call made from the thread's own code) is *busy*,
+  and holds the clock for a while.
   Which while depends on whether it *computes*: the kernel keeps each
   thread's CPU time (``pthread_getcpuclockid``; on PyPy, which lacks it,
   procfs's ``schedstat``), so a thread that used at
@@ -277,6 +292,7 @@ _JOINS: Final = frozenset({("threading.py", "join"), ("threading.py", "_wait_for
 
 #: A ``concurrent.futures`` thread pool's worker between jobs.
 _POOL_WORKER: Final = ("thread.py", "_worker")
+_CONDITION_WAIT: Final = ("threading.py", "wait")
 
 
 #: Instructions that only set up a call: skipped when reading one.
@@ -891,6 +907,33 @@ def track_producers(
     return admit_from_a_producer
 
 
+def _timed_wait(
+    frame: FrameType, where: tuple[str, str], sleeps: float | None, cpu: float | None
+) -> tuple[object, float, bool]:
+    """(what tells this wait from the next, its length, not yet woken) of a
+    thread in a timed ``Condition.wait`` or a ``time.sleep``; (None, 0, False)
+    for any other state. A sleep is the same while the thread's CPU time
+    stands still (a loop of sleeps runs code between two)."""
+    if where == _CONDITION_WAIT:
+        local = frame.f_locals
+        waiter, timeout = local.get("waiter"), local.get("timeout")
+        if waiter is None or not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+            return None, 0.0, False
+        condition = local.get("self")
+        waiters = getattr(condition, "_waiters", None)
+        return waiter, float(timeout), waiters is not None and waiter in waiters
+    if sleeps is not None and cpu is not None:
+        return (frame, frame.f_lasti, cpu), sleeps, True
+    return None, 0.0, False
+
+
+def _sleeps(innermost: FrameType) -> float | None:
+    """How long the ``time.sleep`` the thread is in lasts, or None."""
+    frame, where = _where(innermost)
+    call = _call_at(frame) if where in _IDLE_FRAMES else _call_of(innermost, frame)
+    return None if call is None else _blocked(call).sleeps
+
+
 class _Busy:
     """A thread's (or an unseen job's) current spell of looking busy."""
 
@@ -935,6 +978,8 @@ class ThreadWatch:
         "_grace",
         "_idle_cpu",
         "_let_go",
+        "_looked_at",
+        "_timed",
         "_unseen",
         "_warned",
     )
@@ -969,18 +1014,38 @@ class ThreadWatch:
         #: executor jobs running out of sight (a process pool's) -> since when
         #: (real time), None once let go of
         self._unseen: dict[concurrent.futures.Future[Any], float | None] = {}
+        #: thread ident -> its Condition.wait: [the wait's waiter lock, real
+        #: time it began after (None: unknown), virtual seconds let through
+        #: since]
+        self._timed: dict[int, list[Any]] = {}
+        #: real time of the last look (`_scan`, or this construction, which
+        #: notes the timed waits already under way: when they began is unknown)
+        self._looked_at = _real_clock()
+        me = threading.get_ident()
+        for ident, innermost in sys._current_frames().items():
+            if ident == me or ident in baseline:
+                continue
+            frame, where = _where(innermost)
+            key = _timed_wait(frame, where, _sleeps(innermost), _cpu_time(ident))[0]
+            if key is not None:
+                self._timed[ident] = [key, None, 0.0]
+                self._bottoms[ident] = _outermost(innermost)  # seen: not new at the next look
 
-    def __call__(self, jobs: Iterable[object] = ()) -> bool:
-        busy, unsure = self._scan(jobs)
+    def __call__(self, jobs: Iterable[object] = (), jump: float | None = None) -> bool:
+        """*jump*: the virtual seconds the clock would move (None: unknown,
+        as for a wait without a deadline)."""
+        busy, unsure = self._scan(jobs, jump)
         if unsure and not busy:
             # A thread that has its connection but not the GIL yet would be
             # jumped past: leave the GIL free for a real slice, in which it
             # takes it and runs, then look again.
             _pause()
-            busy = self._scan(jobs)[0]
+            busy = self._scan(jobs, jump, again=True)[0]
         return busy
 
-    def _scan(self, jobs: Iterable[object]) -> tuple[bool, bool]:
+    def _scan(
+        self, jobs: Iterable[object], jump: float | None = None, *, again: bool = False
+    ) -> tuple[bool, bool]:
         """(something is busy, a thread's idle wait may hide a wake-up)."""
         # (No cheaper pre-check: threading's count misses threads started
         # with _thread, which the baseline has; this runs once per jump.)
@@ -1013,7 +1078,7 @@ class ThreadWatch:
             job = _work_item(innermost)
             if job is not None:
                 unseen.discard(job.future)
-            state = self._look(ident, innermost, cpu, now, job)
+            state = self._look(ident, innermost, cpu, now, job, jump=jump, again=again)
             busy = busy or state == "busy"
             unsure = unsure or state == "settle"
             idle_workers += state == "idle" and _where(innermost)[1] == _POOL_WORKER
@@ -1021,20 +1086,65 @@ class ThreadWatch:
         for ident in [i for i in bottoms if i not in seen]:
             self._forget(ident)
             del bottoms[ident]
-        for table in (self._busy, self._let_go, self._idle_cpu):
+        for table in (self._busy, self._let_go, self._idle_cpu, self._timed):
             for ident in [i for i in table if i not in seen]:
                 del table[ident]
         self._warned &= seen
+        self._looked_at = now
         return self._out_of_sight(unseen, now, idle_workers) or busy, unsure
 
     def _forget(self, ident: int) -> None:
         self._busy.pop(ident, None)
         self._let_go.pop(ident, None)
         self._idle_cpu.pop(ident, None)
+        self._timed.pop(ident, None)
         self._warned.discard(ident)
 
+    def _waits_out(
+        self,
+        ident: int,
+        frame: FrameType,
+        where: tuple[str, str],
+        now: float,
+        jump: float | None,
+        *,
+        sleeps: float | None = None,
+        cpu: float | None = None,
+        again: bool = False,
+    ) -> bool:
+        """Is the thread in a timed ``Condition.wait``, or a ``time.sleep``
+        (*sleeps* seconds, at CPU time *cpu*), that surely outlasts *jump*
+        (see the module docstring)? Notes each one it sees, so that when it
+        began is known at the next look; *again*: the second look before the
+        same jump, which is counted once."""
+        key, length, waiting = _timed_wait(frame, where, sleeps, cpu)
+        if key is None:
+            self._timed.pop(ident, None)
+            return False
+        record = self._timed.get(ident)
+        if record is None or (record[0] is not key and record[0] != key):
+            # Begun since the last look (which saw the thread elsewhere, or
+            # not at all): after it.
+            record = self._timed[ident] = [key, self._looked_at, 0.0]
+        if jump is None or record[1] is None or not waiting:
+            return False  # no jump asked about, began at an unknown time, or notified
+        left = length - (now - record[1]) - record[2]
+        if left <= (0.0 if again else jump):
+            return False
+        if not again:
+            record[2] += jump
+        return True
+
     def _look(
-        self, ident: int, innermost: FrameType, cpu: float | None, now: float, job: Any
+        self,
+        ident: int,
+        innermost: FrameType,
+        cpu: float | None,
+        now: float,
+        job: Any,
+        *,
+        jump: float | None = None,
+        again: bool = False,
     ) -> str:
         """One thread: ``"idle"``, ``"busy"`` (it holds the clock), ``"free"``
         (busy, but let go of) or ``"settle"`` (idle or let go of, in a wait
@@ -1050,7 +1160,10 @@ class ThreadWatch:
         if where == _POOL_WORKER and _pool_closing(frame):
             blocked = _NOT_BLOCKED  # its queue's wait ends without the program
         sleeps = blocked.sleeps
-        if blocked.waits or (_idle_at(frame, where) and not _woken_at(frame, where)):
+        waits_out = self._waits_out(
+            ident, frame, where, now, jump, sleeps=sleeps, cpu=cpu, again=again
+        )
+        if blocked.waits or waits_out or (_idle_at(frame, where) and not _woken_at(frame, where)):
             settle = where == _ACCEPT or blocked.settle
             # A wait whose wake leaves no trace in Python (the item taken
             # off a SimpleQueue, the data read, in C) until the thread runs:

@@ -1,0 +1,123 @@
+"""The peer runner's exploration bookkeeping (``tests/peers/run.py``).
+
+What a run of other projects' suites under exploration counts as a finding,
+what it compares with the stdlib loop, and that every reviewed finding is
+written up in ``docs/findings.md``. No loop runs here: the runner's own
+logic, on tapes and outcomes made for the purpose.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peer_run", ROOT / "tests" / "peers" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("peer_run", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+run = load_runner()
+
+
+def write_tape(folder: Path, name: str, scenario: str, kind: str, summary: str) -> None:
+    tape = {
+        "tideloop_tape": 1,
+        "scenario": scenario,
+        "found_by": "seed 4",
+        "failure": "E   assert False",
+        "kind": kind,
+        "summary": summary,
+    }
+    (folder / f"{name}.json").write_text(json.dumps(tape))
+    (folder / f"{name}.html").write_text("<html></html>")  # the timeline beside it
+
+
+def test_a_deterministic_tape_is_a_plain_failure_and_others_are_findings(tmp_path: Path) -> None:
+    write_tape(tmp_path, "a", "tests/t.py::test_a", "timing", "timing: needs a thread\nmore")
+    write_tape(tmp_path, "b", "tests/t.py::test_b", "deterministic", "deterministic: ...")
+    write_tape(tmp_path, "c", "tests/t.py::test_c", "ordering", "ordering: two tasks")
+    findings, deterministic = run.tape_findings(tmp_path)
+    assert [f.test_id for f in findings] == ["tests/t.py::test_a", "tests/t.py::test_c"]
+    assert set(deterministic) == {"tests/t.py::test_b"}
+    assert deterministic["tests/t.py::test_b"].summary == "E   assert False"  # its failure
+    first = findings[0]
+    assert (first.kind, first.found_by) == ("timing", "seed 4")
+    assert first.summary == "timing: needs a thread"  # its first line
+    assert first.replay == f"pytest 'tests/t.py::test_a' --tideloop-tape={tmp_path / 'a.json'}"
+
+
+def test_a_test_taped_twice_is_one_finding(tmp_path: Path) -> None:
+    # The plugin never overwrites a tape: a second run's is a.1.json.
+    write_tape(tmp_path, "a", "tests/t.py::test_a", "timing", "timing: x")
+    write_tape(tmp_path, "a.1", "tests/t.py::test_a", "timing", "timing: x")
+    findings, _ = run.tape_findings(tmp_path)
+    assert len(findings) == 1
+
+
+def test_no_tape_folder_is_no_finding(tmp_path: Path) -> None:
+    assert run.tape_findings(tmp_path / "absent") == ([], {})
+
+
+def test_a_finding_is_not_a_regression_but_a_plain_failure_is() -> None:
+    peer = run.PEERS["anyio"]
+    stdlib = {"t::a": "passed", "t::b": "passed", "t::c": "failed"}
+    tide = {"t::a": run.FINDING, "t::b": "failed", "t::c": "failed"}
+    assert run.compare(peer, stdlib, tide) == ["t::b: failed"]
+
+
+def test_an_unreviewed_finding_is_a_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    finding = run.Finding("t::a", "seed 3", "ordering", "ordering: x", "pytest 't::a'")
+    problems = run.review("anyio", [finding])
+    assert problems == ["t::a: not reviewed (ordering, seed 3): ordering: x"]
+    monkeypatch.setitem(run.REVIEWED, ("anyio", "t::a"), ("timing assumption", "why"))
+    assert run.review("anyio", [finding]) == []
+    # A class outside the two (a "false alarm" is fixed, never listed).
+    monkeypatch.setitem(run.REVIEWED, ("anyio", "t::a"), ("false alarm", "why"))
+    assert run.review("anyio", [finding]) == [
+        "t::a: class 'false alarm' is not one of "
+        "('ordering race', 'timing assumption', 'collateral')"
+    ]
+
+
+def test_every_reviewed_finding_is_written_up() -> None:
+    findings = (ROOT / "docs" / "findings.md").read_text()
+    for (peer, test_id), (klass, why) in run.REVIEWED.items():
+        assert peer in run.PEERS or peer == "tideloop"
+        assert klass in run.CLASSES
+        assert why
+        # Named by its file and its function (parameters and classes aside).
+        file, function = test_id.split("::")[0], test_id.split("[")[0].split("::")[-1]
+        assert file in findings, f"docs/findings.md does not name {file} ({test_id})"
+        assert function in findings, f"docs/findings.md does not name {function} ({test_id})"
+
+
+def test_exploration_options_reach_the_tideloop_run_only(tmp_path: Path) -> None:
+    args = run.argparse.Namespace(explore=5, explore_budget=7.0, explore_virtual_time=True)
+    original = run.CACHE
+    run.CACHE = tmp_path
+    try:
+        options = run.explore_options(args, "cpython3.11", run.PEERS["aioquic"])
+    finally:
+        run.CACHE = original
+    tapes = tmp_path / "tapes" / "cpython3.11" / "aioquic"
+    assert options == [
+        "--tideloop-seeds=5",
+        "--tideloop-seeds-budget=7.0",
+        f"--tideloop-tape-dir={tapes}",
+        "--tideloop-virtual-time",
+    ]
+    assert tapes.is_dir()
+    none = run.argparse.Namespace(explore=0, explore_budget=20.0, explore_virtual_time=False)
+    assert run.explore_options(none, "cpython3.11", run.PEERS["aioquic"]) == []
