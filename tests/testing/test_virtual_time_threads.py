@@ -1084,3 +1084,67 @@ def test_a_grandchild_that_outlives_its_parent_is_still_watched() -> None:
 
     with warnings_as_errors():
         assert both(main) == ((0, b""), (0, b""))
+
+
+def spin(seconds: float) -> None:
+    """Compute for *seconds* of real time."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_server_thread_busy_when_the_loop_is_made_is_still_watched() -> None:
+    """httpx's suite: uvicorn serves on a loop of its own, in a thread a session
+    fixture started. Caught busy when a test's loop was made, it was taken for
+    a test runner's thread (the loop's baseline), and under virtual time the
+    client's 5 s timeout fired before its answer. A thread that runs an event
+    loop is never a runner's: the answer comes first, as on a real clock."""
+    started = threading.Event()
+    box: list[Any] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        spin(0.05)  # it works a moment before it answers
+        writer.write(b"answer\n")
+        await writer.drain()
+        writer.close()
+
+    def serve() -> None:
+        server_loop = asyncio.new_event_loop()  # the stdlib's, as uvicorn's
+        server = server_loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+        box.extend([server_loop, server.sockets[0].getsockname()[1]])
+        started.set()
+        server_loop.run_forever()
+        server.close()
+        server_loop.run_until_complete(server.wait_closed())
+        server_loop.close()
+
+    async def main() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", box[1])
+        writer.write(b"hi\n")
+        line = await asyncio.wait_for(reader.readline(), 5)
+        writer.close()
+        await writer.wait_closed()
+        return line
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    assert started.wait(5)
+    computing = threading.Event()
+
+    def compute() -> None:
+        computing.set()
+        spin(0.3)  # the previous test's leftovers, say
+
+    results = []
+    try:
+        for run in (asyncio.run, lambda coro: testing.run(coro, virtual_time=True)):
+            box[0].call_soon_threadsafe(compute)
+            assert computing.wait(5)  # busy as the test's loop is made
+            computing.clear()
+            with warnings_as_errors():
+                results.append(run(main()))
+    finally:
+        box[0].call_soon_threadsafe(box[0].stop)
+        thread.join(5)
+    assert results == [b"answer\n", b"answer\n"]

@@ -90,7 +90,10 @@ Facts / what this means for us:
   worker waiting on a queue) is, and so is a baseline thread from the
   moment it calls ``call_soon_threadsafe`` on the loop (`track_producers`
   wraps the loop's admission of thread handles and takes it out of the
-  baseline: it is a producer of this loop's work). A runner thread that
+  baseline: it is a producer of this loop's work). A thread that runs an
+  event loop or a socket server is never in the baseline: it is a
+  fixture's server (uvicorn in a thread, in httpx's suite), whatever it was
+  doing when the loop was made. A runner thread that
   ends leaves the baseline (`Baseline.refresh`): glibc hands its ident to
   the next thread started, which may be the program's.
 
@@ -883,12 +886,37 @@ def runner_threads() -> Baseline:
     Taken when a loop is made. Threads started with ``_thread.start_new_thread``
     (execnet's, under pytest-xdist) are not in ``threading.enumerate()``; the
     interpreter's frame table has them all. A thread without a Python frame
-    counts as busy.
+    counts as busy. A thread that runs an event loop or a socket server
+    (`_serves`) is never a runner's, busy or not.
     """
     frames = sys._current_frames()
     idents = {t.ident for t in threading.enumerate() if t.ident is not None}
     idents.update(frames)
-    return Baseline(i for i in idents if i not in frames or not _idle(frames[i]))
+    return Baseline(
+        i for i in idents if i not in frames or not (_idle(frames[i]) or _serves(frames[i]))
+    )
+
+
+#: Functions a thread that serves others runs in, anywhere in its stack.
+_SERVING: Final = frozenset({"run_forever", "serve_forever"})
+
+
+def _serves(innermost: FrameType) -> bool:
+    """Does the thread run an event loop (``run_forever``, asyncio's or
+    tideloop's) or a ``socketserver``'s ``serve_forever``?
+
+    Such a thread is a server a fixture started (uvicorn in a thread, as
+    httpx's suite does; anyio's blocking portal), never a test runner's:
+    caught busy when a loop is made (finishing the previous test's
+    connection), it would be taken for one, and the clock would jump past
+    its answers for the whole test.
+    """
+    frame: FrameType | None = innermost
+    while frame is not None:
+        if frame.f_code.co_name in _SERVING:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def track_producers(
