@@ -1058,15 +1058,16 @@ def test_a_childs_working_descendant_holds_the_clock() -> None:
 
 def test_a_grandchild_that_outlives_its_parent_is_still_watched() -> None:
     """anyio's ``test_wait_returns_on_process_exit_with_open_stdout``: the
-    child starts a grandchild that keeps the child's stdout and stdin, and
-    exits. The grandchild, its stdin closed, computes a moment and exits,
-    and the program waits for its stdout's EOF under a 3 s timeout: the EOF
-    comes first, as on a real clock, though the grandchild is no longer
-    below any child of the loop's."""
+    child starts a grandchild that keeps the child's stdin and stdout. Both
+    wait for stdin's end; then the child exits at once and the grandchild
+    computes a moment first. The program waits for stdout's EOF under a 3 s
+    timeout: the EOF comes first, as on a real clock, though the grandchild
+    is no longer below any child of the loop's by then (the watch saw it
+    while the program slept, and remembers it)."""
+    wait_stdin = "import select, sys; select.select([sys.stdin], [], [], 10)"
     code = (
         "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
-        "'import select, sys; select.select([sys.stdin], [], [], 10); "
-        "sum(range(3 * 10**6))'])"
+        f"'{wait_stdin}; sum(range(3 * 10**6))']); {wait_stdin}"
     )
 
     async def main() -> object:
@@ -1078,7 +1079,8 @@ def test_a_grandchild_that_outlives_its_parent_is_still_watched() -> None:
             stdout=asyncio.subprocess.PIPE,
         )
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.close()  # the grandchild's too: it computes, then exits
+        await asyncio.sleep(0.2)  # both started, both waiting on stdin
+        proc.stdin.close()  # the child exits; the grandchild computes, then exits
         rest = await asyncio.wait_for(proc.stdout.read(), 3)  # EOF once it exits
         return await asyncio.wait_for(proc.wait(), 3), rest
 

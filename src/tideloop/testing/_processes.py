@@ -22,7 +22,10 @@ Facts / what this means for us:
   state is *idle*. Its descendants count as it does: a grandchild holds
   the pipes it inherited, and a child often waits for one (``Popen`` reads
   its grandchild's exec status, asleep, while the grandchild starts). The
-  kernel lists each task's children in ``/proc/PID/task/TID/children``.
+  kernel lists each task's children in ``/proc/PID/task/TID/children``;
+  only a process's main thread's are read (listing its threads is a
+  directory read, a blocking call blockbuster fails on the loop's thread),
+  so a child that a process's other thread started is not seen.
 - A descendant outlives its parent (anyio's suite: a child starts a
   grandchild that keeps the child's pipes, and exits; the grandchild
   exits once the program closes its stdin). Re-parented, it is no longer
@@ -89,29 +92,27 @@ def _started(pid: int) -> bytes | None:
 
 def descendants(pid: int) -> list[int]:
     """The processes below *pid* (children first), from procfs; [] where it
-    cannot say."""
+    cannot say. Each process's main thread's children: the children a
+    process's other threads started are not seen (listing a process's
+    threads is a directory read, which blockbuster fails on a loop's
+    thread, as a blocking call)."""
     found: list[int] = []
     below = [pid]
     while below and len(found) < _MAX_DESCENDANTS:
         parent = below.pop()
         try:
-            tasks = os.listdir(f"/proc/{parent}/task")
+            fd = os.open(f"/proc/{parent}/task/{parent}/children", os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             continue
-        for task in tasks:
-            try:
-                fd = os.open(f"/proc/{parent}/task/{task}/children", os.O_RDONLY | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                text = os.read(fd, 4096)
-            except OSError:
-                text = b""
-            finally:
-                os.close(fd)
-            for child in text.split():
-                found.append(int(child))
-                below.append(int(child))
+        try:
+            text = os.read(fd, 4096)
+        except OSError:
+            text = b""
+        finally:
+            os.close(fd)
+        for child in text.split():
+            found.append(int(child))
+            below.append(int(child))
     return found
 
 
