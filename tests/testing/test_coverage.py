@@ -180,10 +180,12 @@ def test_it_finds_each_deep_race_within_its_budget(planted: Planted) -> None:
         planted.race, strategy="coverage", schedules=1000, virtual_time=planted.virtual_time
     )
     assert found.tape is not None, found
-    # Shrunk (one deviation removed at a time while it still fails) to what
-    # the race needs; on PyPy (line probes by settrace, another corpus) the
-    # schedule found may shrink to one more, whose removal moves the others.
-    assert needed <= len(found.tape.deviations) <= needed + 1
+    # Shrunk (one deviation removed at a time while it still fails): at least
+    # what the race needs. A one-at-a-time shrink is 1-minimal, not minimal:
+    # on PyPy (line probes by settrace, another corpus) a schedule found kept
+    # 5 of the race's 3 (CI), each of whose removals moves the others; that
+    # it still fails on replay is checked below.
+    assert len(found.tape.deviations) >= needed
     assert found.tape.kind == "ordering"
     for _ in range(2):
         with pytest.raises(AssertionError):
