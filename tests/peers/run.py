@@ -561,11 +561,16 @@ def compare(peer: Peer, stdlib: dict[str, str], tide: dict[str, str]) -> list[st
     return regressions
 
 
+def tape_dir(tag: str, peer: Peer) -> Path:
+    """Where the explored run's tapes go (emptied before each run)."""
+    return CACHE / "tapes" / tag / peer.name
+
+
 def explore_options(args: argparse.Namespace, tag: str, peer: Peer) -> list[str]:
     """The tideloop run's exploration options (none without ``--explore``)."""
     if not args.explore:
         return []
-    tapes = CACHE / "tapes" / tag / peer.name
+    tapes = tape_dir(tag, peer)
     if tapes.exists():
         shutil.rmtree(tapes)  # the findings are this run's tapes
     tapes.mkdir(parents=True)
@@ -594,10 +599,7 @@ def explore(
     A test a finding names has its outcome set to `FINDING` in ``tide``;
     the tests whose tapes fail unperturbed go in *unperturbed*.
     """
-    tape_dir = Path(
-        next(o for o in explored if o.startswith("--tideloop-tape-dir=")).split("=", 1)[1]
-    )
-    findings, deterministic = tape_findings(tape_dir)
+    findings, deterministic = tape_findings(tape_dir(place.tag, peer))
     for finding in findings:
         tide[finding.test_id] = FINDING
     unperturbed.update(deterministic)

@@ -250,8 +250,7 @@ def _idle_at(frame: FrameType, where: tuple[str, str]) -> bool:
         local = frame.f_locals
         if local.get("timeout") is not None:
             return False
-        condition, waiter = local.get("self"), local.get("waiter")
-        waiters = getattr(condition, "_waiters", None)
+        waiter, waiters = local.get("waiter"), _waiters_of(local)
         return waiter is None or waiters is None or waiter in waiters
     if where == _PRODUCER_PAUSE:
         # A thread waiting for its call_soon_threadsafe handle to be
@@ -947,12 +946,19 @@ def _timed_wait(
         waiter, timeout = local.get("waiter"), local.get("timeout")
         if waiter is None or not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
             return None, 0.0, False
-        condition = local.get("self")
-        waiters = getattr(condition, "_waiters", None)
+        waiters = _waiters_of(local)
         return waiter, float(timeout), waiters is not None and waiter in waiters
     if sleeps is not None and cpu is not None:
         return (frame, frame.f_lasti, cpu), sleeps, True
     return None, 0.0, False
+
+
+def _waiters_of(local: Mapping[str, Any]) -> Any:
+    """The waiter list of the condition a ``Condition.wait`` frame (its
+    locals *local*) waits on, or None: ``notify()`` takes a waiter out of it
+    before the thread runs again."""
+    condition = local.get("self")
+    return getattr(condition, "_waiters", None)
 
 
 def _sleeps(innermost: FrameType) -> float | None:
