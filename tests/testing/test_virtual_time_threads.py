@@ -275,7 +275,9 @@ def _until_dead(pid: int) -> None:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
                     return
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
+            # Reaped (by the job's waitpid) before the open, or between the
+            # open and the read: procfs then answers ESRCH.
             return
         time.sleep(0.005)
 
