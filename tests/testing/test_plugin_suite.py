@@ -418,3 +418,31 @@ def test_pytest_asyncios_warning_filter_matches_on_tideloop(project: pytest.Pyte
         result = run(project, "-W", "error", *args)
         result.assert_outcomes(passed=1)
         assert "shutdown_asyncgens" not in result.stdout.str(), args
+
+
+CLOCKS_SUITE = """\
+import asyncio, time
+from time import monotonic
+import pytest
+
+@pytest.mark.tideloop
+def test_clocks():
+    async def main():
+        loop = asyncio.get_running_loop()
+        stored, before = loop.time(), time.time()
+        await asyncio.sleep(3600)
+        assert abs(monotonic() - loop.time()) < 0.05
+        assert monotonic() - stored >= 3600 and time.time() - before >= 3600
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("seeds", [[], ["--tideloop-seeds=3"]])
+def test_virtual_time_moves_the_process_clocks_on_the_loops_thread(
+    project: pytest.Pytester, seeds: list[str]
+) -> None:
+    """An hour's sleep moves ``time.monotonic()`` (also as bound by ``from
+    time import monotonic``) and ``time.time()`` by an hour, at once."""
+    project.makepyfile(test_clocks=CLOCKS_SUITE)
+    result = run(project, "--tideloop-virtual-time", *seeds)
+    result.assert_outcomes(passed=1)

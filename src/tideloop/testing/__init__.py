@@ -3,7 +3,9 @@
 Layer: top. Everything here is built from constructor arguments of
 `tideloop.Loop` (``clock=``, ``schedule=``, ``network=``); the only
 patching is `seeded_globals` (``random``, ``os.urandom``, ``time``), for
-the duration of a simulated run, and undone after it.
+the duration of a simulated run, and `loop_clocks` (``time.monotonic`` and
+``time.time`` on a virtual-time loop's thread read its clock), for a run on
+virtual time; each is undone after it.
 
     from tideloop import testing
 
@@ -24,7 +26,8 @@ the duration of a simulated run, and undone after it.
     testing.run(main(net), network=net)
 
 - `VirtualClock` (``_clock``): time that moves by `VirtualClock.advance` or
-  jumps to the next timer when the loop is idle (autojump).
+  jumps to the next timer when the loop is idle (autojump). `loop_clocks`
+  (``_loopclocks``): the process's clocks follow it on the loop's thread.
 - `Perturber` (``_schedule``): varies the orderings asyncio leaves open; its
   module docstring is the exact model. Its decision points are answered by
   a `Strategy` (``_strategy``: `RandomStrategy` from a seed, `PCTStrategy`,
@@ -81,6 +84,7 @@ from ._explore import Exploration, RunTimeout, Tape, diff, explore, replay, shri
 from ._history import UNKNOWN, History, Op
 from ._linearizable import Counterexample, Linearizability, NotLinearizable, check_linearizable
 from ._liveness import Livelock, leads_to, progress, watch_livelocks
+from ._loopclocks import loop_clocks
 from ._properties import PropertyViolation, always, eventually
 from ._schedule import Perturber
 from ._serializable import Anomaly, NotSerializable, Serializability, check_serializable
@@ -128,6 +132,7 @@ __all__ = [
     "eventually",
     "explore",
     "leads_to",
+    "loop_clocks",
     "new_event_loop",
     "progress",
     "replay",
@@ -248,8 +253,14 @@ def run(
     seeded: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if network is not None and network.seed_globals:
         seeded = seeded_globals(network, urandom=network.urandom)
+    # On virtual time, time.monotonic() and time.time() on the loop's thread
+    # follow its clock (_loopclocks); a simulated run's own clocks, applied
+    # inside, take over.
+    clocks: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if virtual_time or (virtual_time is None and network is not None):
+        clocks = loop_clocks()
     try:
-        with seeded, asyncio.Runner(debug=debug, loop_factory=factory) as runner:
+        with clocks, seeded, asyncio.Runner(debug=debug, loop_factory=factory) as runner:
             return runner.run(main)
     except BaseException as exc:
         if seed is not None:

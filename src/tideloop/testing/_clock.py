@@ -50,6 +50,11 @@ Choosing a threshold (facts / what this means for us):
   real time, so a test with a few dozen idle waits still finishes in
   seconds, not minutes.
 
+The time of day that goes with the clock (`wall`) is the real one when
+the clock was made, moved as far as the clock has moved since: what
+``time.time()`` reads on the loop's thread under the pytest plugin's
+virtual time and ``tideloop.testing.run`` (``_loopclocks``).
+
 Invariant: ``now()`` is monotonic; `advance` rejects negative steps, and a
 jump moves to ``max(now, deadline)``.
 """
@@ -57,6 +62,7 @@ jump moves to ``max(now, deadline)``.
 from __future__ import annotations
 
 import math
+import time
 from typing import Final
 
 from tideloop._core.clock import PollFn
@@ -66,11 +72,14 @@ from tideloop._core.clock import PollFn
 #: thread takes effect.
 _MANUAL_POLL_SLICE: Final = 0.05
 
+#: Bound now: a run may patch ``time.time`` (``_loopclocks``, ``_world``).
+_real_wall: Final = time.time
+
 
 class VirtualClock:
     """A clock for ``tideloop.new_event_loop(clock=...)`` whose time is virtual."""
 
-    __slots__ = ("_jumps", "_threshold", "_time")
+    __slots__ = ("_jumps", "_origin", "_threshold", "_time", "_wall_origin")
 
     #: The finest step between two deadlines the loop tells apart (as
     #: ``time.monotonic`` on Linux). Deadlines reached by a jump are exact,
@@ -82,7 +91,8 @@ class VirtualClock:
         start = float(start)
         if not math.isfinite(start):
             raise ValueError(f"start must be a finite number, not {start!r}")
-        self._time = start
+        self._time = self._origin = start
+        self._wall_origin = _real_wall()
         self._threshold = 0.0
         self._jumps = 0
         self.autojump_threshold = autojump_threshold
@@ -112,6 +122,11 @@ class VirtualClock:
 
     def now(self) -> float:
         return self._time
+
+    def wall(self) -> float:
+        """The time of day that goes with this clock: the real one when the
+        clock was made, moved as far as the clock has moved since."""
+        return self._wall_origin + (self._time - self._origin)
 
     def advance(self, seconds: float) -> None:
         """Move time forward by *seconds*; what falls due runs next iteration."""

@@ -115,9 +115,15 @@ class Patches:
         """Call *undo* when `undo` gets to this point (in reverse order)."""
         self._undo.append(undo)
 
-    def everywhere(self, replacements: Mapping[int, tuple[Any, Any]]) -> int:
+    def everywhere(
+        self,
+        replacements: Mapping[int, tuple[Any, Any]],
+        *,
+        skip: Callable[[str], bool] | None = None,
+    ) -> int:
         """Replace each real object (by id: (real, simulated)) where loaded
-        modules hold it (see the module docstring); returns the count."""
+        modules hold it (see the module docstring), except in the modules
+        whose name *skip* is true for; returns the count."""
         targets = set(replacements)
         if not targets <= _SCANNED_FOR:
             # New objects to look for: every module is scanned afresh.
@@ -127,6 +133,8 @@ class Patches:
         count = 0
         for module_name, module in list(sys.modules.items()):
             if module is None or _own_module(module_name):
+                continue
+            if skip is not None and skip(module_name):
                 continue
             try:
                 size = len(vars(module))
@@ -204,7 +212,12 @@ class Patches:
         pair = replacements.get(id(held))
         if pair is None or pair[0] is not held:
             return 0
-        fake = staticmethod(pair[1]) if static else pair[1]
+        # A built-in function is no descriptor; a Python function put in its
+        # place would bind to instances: keep it unbound.
+        unbound = isinstance(held, types.BuiltinFunctionType) and isinstance(
+            pair[1], types.FunctionType
+        )
+        fake = staticmethod(pair[1]) if static or unbound else pair[1]
         try:
             setattr(cls, attribute, fake)
         except (TypeError, AttributeError):

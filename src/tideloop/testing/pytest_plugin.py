@@ -98,6 +98,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -119,6 +120,7 @@ from . import new_event_loop
 from ._blockbuster import patch_blockbuster_class
 from ._clock import VirtualClock
 from ._explore import Recorded, Tape, describe_tape, shrink_deviations
+from ._loopclocks import loop_clocks
 from ._pytest_scale import EXPLORED_PROPERTY, BatchWork, batch_length, spread
 from ._recording import Recording
 from ._scale import executor_factory, make_executor
@@ -794,9 +796,15 @@ class _Plugin:
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
-        self.current = self.settings_for(item, self.seeds_for(item)[0])
+        settings = self.current = self.settings_for(item, self.seeds_for(item)[0])
+        # On virtual time, time.monotonic() and time.time() on a loop's
+        # thread follow its clock (_loopclocks), from setup to teardown.
+        clocks: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if settings.active and settings.virtual_time:
+            clocks = loop_clocks()
         try:
-            return (yield)
+            with clocks:
+                return (yield)
         finally:
             self.current = None
 

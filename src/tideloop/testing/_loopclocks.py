@@ -1,0 +1,150 @@
+"""The process's clocks on a virtual-time loop's thread: the loop's clock.
+
+Layer: testing (above ``_clock`` and ``_patching``; the pytest plugin and
+``tideloop.testing.run`` apply `loop_clocks` for a run on virtual time).
+
+Facts:
+
+- asyncio's ``loop.time()`` *is* ``time.monotonic()``, and code relies on
+  it: aiohttp's connector stores ``loop.time()`` with a pooled connection
+  and compares it with ``monotonic()`` for the keep-alive expiry; its cookie
+  jar expires a ``Max-Age`` cookie by ``time.time()``. Under virtual time
+  the loop's clock moves without real time passing, so a process clock
+  that stays real disagrees with it: every pooled connection looks expired,
+  and a one-second ``Max-Age`` outlives ``asyncio.sleep(1.1)``. That is a
+  clock asyncio cannot produce.
+- A thread other than the loop's (an executor job, a thread the program
+  started) runs at real speed: its sleeps are real, and its timeouts
+  (``queue.get(timeout=)``, a polling helper's deadline) must expire in
+  real time, or a job that gives up after five seconds on the stdlib loop
+  waits forever on a clock that moves only when that job is done.
+- So does the standard library's code on any thread: its timed waits are
+  waits on real primitives (``threading``, ``queue``, ``subprocess``,
+  ``concurrent.futures``).
+
+What this means for us: while `loop_clocks` is applied,
+
+- ``time.monotonic()`` and ``time.monotonic_ns()`` return ``loop.time()``
+  when called on a thread whose running loop is a tideloop loop with a
+  `VirtualClock`; ``time.time()`` and ``time.time_ns()`` return that
+  clock's `VirtualClock.wall` (the real time of day when the clock was
+  made, moved as far as the clock has moved since). Everywhere else they
+  are the real clocks: on other threads, on the loop's thread when its loop
+  is not running, and in calls from the standard library's or tideloop's
+  own code;
+- module-level references to them (``from time import monotonic``) in the
+  loaded modules outside the standard library and tideloop are replaced too
+  (`Patches.everywhere`);
+- a simulated run's clocks (``seeded_globals``, applied inside) take over:
+  once something else has replaced ``time.time`` or ``time.monotonic``,
+  these functions return what it returns;
+- ``datetime.now()`` and ``time.localtime()`` stay real: only a simulated
+  run makes them virtual (``_wallclock``).
+
+Invariant: every replacement is undone when `loop_clocks` exits, and off a
+running virtual-time loop each function returns what the real one would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+from tideloop._core.coreloop import CoreLoop
+
+from ._clock import VirtualClock
+from ._patching import Patches
+
+_get_running_loop: Final = sys.modules["asyncio"].events._get_running_loop
+
+#: The real clocks, bound now (before any run patches ``time``).
+_REAL: Final[dict[str, Callable[[], Any]]] = {
+    "monotonic": time.monotonic,
+    "monotonic_ns": time.monotonic_ns,
+    "time": time.time,
+    "time_ns": time.time_ns,
+}
+
+_STDLIB: Final = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
+
+#: module name -> whether a call from it reads the real clocks.
+_REAL_CALLERS: dict[str, bool] = {}
+
+#: Set while one of these functions calls a replacement made after it, so
+#: that a replacement which calls back into it gets the real clock.
+_delegating = threading.local()
+
+
+def _reads_real(module: str) -> bool:
+    known = _REAL_CALLERS.get(module)
+    if known is None:
+        top = module.partition(".")[0]
+        known = top in _STDLIB or top == "tideloop"
+        _REAL_CALLERS[module] = known
+    return known
+
+
+def _clock_here() -> tuple[CoreLoop, VirtualClock] | None:
+    """The running virtual-time loop of this thread, and its clock."""
+    loop = _get_running_loop()
+    if isinstance(loop, CoreLoop):
+        clock = loop.clock
+        if isinstance(clock, VirtualClock):
+            return loop, clock
+    return None
+
+
+def _make(name: str, mine: dict[str, Any]) -> Callable[[], Any]:
+    real = _REAL[name]
+    wall = name.startswith("time")
+    ns = name.endswith("_ns")
+
+    def clock() -> Any:
+        current = getattr(time, name)
+        if current is not mine[name] and not getattr(_delegating, "on", False):
+            # Replaced after us (a simulated run's seeded_globals): its clock.
+            _delegating.on = True
+            try:
+                return current()
+            finally:
+                _delegating.on = False
+        here = _clock_here()
+        if here is None or _reads_real(sys._getframe(1).f_globals.get("__name__", "")):
+            return real()
+        loop, virtual = here
+        seconds = virtual.wall() if wall else loop.time()
+        return int(seconds * 1e9) if ns else seconds
+
+    clock.__name__ = clock.__qualname__ = name
+    clock.__doc__ = (
+        f"time.{name}(), or the virtual clock of this thread's running tideloop "
+        "loop (tideloop.testing: the loop's clocks)"
+    )
+    return clock
+
+
+@contextlib.contextmanager
+def loop_clocks() -> Iterator[None]:
+    """Make ``time.monotonic()`` and ``time.time()`` follow a virtual-time
+    loop on its own thread until exit (see the module docstring)."""
+    patches = Patches()
+    mine: dict[str, Any] = {}
+    for name in _REAL:
+        mine[name] = _make(name, mine)
+    try:
+        for name, fn in mine.items():
+            patches.attribute(time, name, fn)
+        patches.everywhere(
+            {id(_REAL[name]): (_REAL[name], fn) for name, fn in mine.items()},
+            skip=_reads_real,
+        )
+        yield
+    finally:
+        patches.undo()
+
+
+__all__ = ["loop_clocks"]
