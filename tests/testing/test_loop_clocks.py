@@ -34,6 +34,7 @@ def real_monotonic() -> float:
 def real_time() -> float:
     return _REAL[1]()
 
+
 Main = Callable[[], Coroutine[Any, Any, Any]]
 
 
