@@ -258,6 +258,31 @@ REVIEWED: dict[tuple[str, str], tuple[str, str]] = {
 
 CLASSES = ("ordering race", "timing assumption", "collateral")
 
+#: Tests that talk to a peer the loop cannot watch, given the autojump
+#: threshold docs/testing.md prescribes for them ("Which threshold"), as a
+#: user would mark them: (peer, "file::function") -> (seconds, the peer).
+#: Virtual time at the default 0 jumps to the next timer as soon as the
+#: loop is idle, before such a peer answers; tideloop holds the clock for
+#: its own threads and the loop's children, not for another process's
+#: server or a DNS server elsewhere. The peer check plugin marks them
+#: ``@pytest.mark.tideloop(autojump_threshold=seconds)`` on virtual time.
+THRESHOLDS: dict[tuple[str, str], tuple[float, str]] = {
+    ("aiohttp", "tests/test_proxy_functional.py::test_secure_https_proxy_absolute_path"): (
+        0.5,
+        "a proxy.py server, run by a fixture in processes of its own (its work is in "
+        "threads procfs shows no state for without a directory read)",
+    ),
+    ("aiohttp", "tests/test_client_functional.py::test_aiohttp_request_ctx_manager_not_found"): (
+        0.5,
+        "aiodns asks the machine's DNS server (another host) for a name that does not exist",
+    ),
+}
+
+
+def thresholds(peer: str) -> dict[str, float]:
+    """*peer*'s `THRESHOLDS`, for the peer check plugin: test -> seconds."""
+    return {test: seconds for (name, test), (seconds, _) in THRESHOLDS.items() if name == peer}
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
@@ -440,7 +465,8 @@ class Place:
 def peer_env(peer: Peer) -> dict[str, str]:
     """The environment a peer's pytest runs in (our plugin importable)."""
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, **dict(peer.env), "PYTHONPATH": path}
+    marks = json.dumps(thresholds(peer.name))
+    return {**os.environ, **dict(peer.env), "PYTHONPATH": path, "TIDELOOP_PEER_THRESHOLDS": marks}
 
 
 def collected(peer: Peer, place: Place, extra: list[str]) -> set[str] | None:

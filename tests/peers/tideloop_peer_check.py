@@ -6,6 +6,11 @@ Counts the event loops made during the session: tideloop's (``tideloop``'s
 ``asyncio.BaseEventLoop``). Each process (xdist workers included) writes its
 counts to ``$TIDELOOP_PEER_REPORT/<pid>.json`` at exit; the runner adds them
 up and checks that the ``--tideloop`` run really ran on tideloop.
+
+On virtual time it also gives the tests that talk to a peer the loop cannot
+watch the autojump threshold the docs prescribe, as a user would mark them
+(``$TIDELOOP_PEER_THRESHOLDS``: JSON, "file::function" -> seconds; the
+runner's `THRESHOLDS`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
     _count_constructions(Loop, "tideloop")
     _count_constructions(asyncio.BaseEventLoop, "stdlib")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marks: dict[str, float] = json.loads(os.environ.get("TIDELOOP_PEER_THRESHOLDS") or "{}")
+    if not marks or not config.getoption("tideloop_virtual_time", default=False):
+        return
+    for item in items:
+        # "file::function[params]" and "file::Class::function[params]".
+        test = item.nodeid.split("[", 1)[0]
+        seconds = marks.get(test)
+        if seconds is not None:
+            item.add_marker(pytest.mark.tideloop(autojump_threshold=seconds))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -18,6 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytest_plugins = ["pytester"]
+
 
 def load_runner() -> ModuleType:
     spec = importlib.util.spec_from_file_location("peer_run", ROOT / "tests" / "peers" / "run.py")
@@ -121,3 +123,84 @@ def test_exploration_options_reach_the_tideloop_run_only(tmp_path: Path) -> None
     assert tapes.is_dir()
     none = run.argparse.Namespace(explore=0, explore_budget=20.0, explore_virtual_time=False)
     assert run.explore_options(none, "cpython3.11", run.PEERS["aioquic"]) == []
+
+
+def test_every_threshold_is_written_up() -> None:
+    findings = (ROOT / "docs" / "findings.md").read_text()
+    for (peer, test), (seconds, why) in run.THRESHOLDS.items():
+        assert peer in run.PEERS and seconds > 0 and why
+        assert "[" not in test and test.count("::") >= 1  # a function, every parameter
+        file, function = test.split("::")[0], test.split("::")[-1]
+        assert file in findings and function in findings, test
+    assert run.thresholds("aiohttp") == {
+        test: seconds for (peer, test), (seconds, _) in run.THRESHOLDS.items() if peer == "aiohttp"
+    }
+    assert run.thresholds("aioquic") == {}
+
+
+THRESHOLD_SUITE = """\
+import asyncio
+import pytest
+
+def threshold():
+    return getattr(asyncio.get_running_loop().clock, "autojump_threshold", None)
+
+@pytest.mark.parametrize("n", [1, 2])
+async def test_far_peer(n):
+    return threshold()
+
+async def test_near_peer():
+    return threshold()
+"""
+
+CONFTEST = """\
+import asyncio, json, os
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    loop = asyncio.new_event_loop()
+    try:
+        kwargs = {n: pyfuncitem.funcargs[n] for n in pyfuncitem._fixtureinfo.argnames}
+        seen = loop.run_until_complete(pyfuncitem.obj(**kwargs))
+    finally:
+        loop.close()
+    mark = pyfuncitem.get_closest_marker("tideloop")
+    seen = [seen, None if mark is None else mark.kwargs]
+    with open(os.environ["SEEN"], "a") as f:
+        f.write(json.dumps([pyfuncitem.nodeid, seen]) + "\\n")
+    return True
+"""
+
+
+@pytest.mark.parametrize("virtual", [True, False])
+def test_the_check_plugin_gives_listed_tests_their_threshold_on_virtual_time(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, virtual: bool
+) -> None:
+    """As a user's ``@pytest.mark.tideloop(autojump_threshold=...)``: every
+    parameter of a listed function, nothing else, and only on virtual time."""
+    pytester.makepyfile(test_peer=THRESHOLD_SUITE)
+    pytester.makeconftest(CONFTEST)
+    seen = pytester.path / "seen.jsonl"
+    monkeypatch.setenv("SEEN", str(seen))
+    monkeypatch.setenv("TIDELOOP_PEER_THRESHOLDS", json.dumps({"test_peer.py::test_far_peer": 0.5}))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "peers"))
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    mode = ["--tideloop-virtual-time"] if virtual else ["--tideloop"]
+    args = ["-p", "no:cacheprovider", "-p", "tideloop_peer_check", *mode, "-W", "ignore"]
+    result = pytester.runpytest_subprocess(*args, timeout=120)
+    result.assert_outcomes(passed=3)
+    got = dict(json.loads(line) for line in seen.read_text().splitlines())
+    far = [0.5, {"autojump_threshold": 0.5}]
+    if virtual:
+        assert got == {
+            "test_peer.py::test_far_peer[1]": far,
+            "test_peer.py::test_far_peer[2]": far,
+            "test_peer.py::test_near_peer": [0.0, None],
+        }
+    else:  # real time: no virtual clock, and no mark
+        assert got == {
+            "test_peer.py::test_far_peer[1]": [None, None],
+            "test_peer.py::test_far_peer[2]": [None, None],
+            "test_peer.py::test_near_peer": [None, None],
+        }

@@ -47,6 +47,7 @@ running virtual-time loop each function returns what the real one would.
 
 from __future__ import annotations
 
+import asyncio.events
 import contextlib
 import sys
 import threading
@@ -59,7 +60,7 @@ from tideloop._core.coreloop import CoreLoop
 from ._clock import VirtualClock
 from ._patching import Patches
 
-_get_running_loop: Final = sys.modules["asyncio"].events._get_running_loop
+_get_running_loop: Final = asyncio.events._get_running_loop
 
 #: The real clocks, bound now (before any run patches ``time``).
 _REAL: Final[dict[str, Callable[[], Any]]] = {
