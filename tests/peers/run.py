@@ -327,11 +327,25 @@ def tape_findings(folder: Path) -> tuple[list[Finding], dict[str, Finding]]:
     return list(found.values()), deterministic
 
 
+def classify(peer: str, finding: Finding, findings: list[Finding]) -> tuple[str, str] | None:
+    """*finding*'s class and why: its `REVIEWED` entry; or, for one of kind
+    ``collateral`` (it passes alone, on real and on virtual time) in a run
+    that has a finding of another kind too (what left it something behind:
+    a subprocess test's pipes, collected during a later test, in whichever
+    test the collector ran), "collateral" without one; else None."""
+    entry = REVIEWED.get((peer, finding.test_id))
+    if entry is not None:
+        return entry
+    if finding.kind == "collateral" and any(f.kind != "collateral" for f in findings):
+        return ("collateral", "it passes alone; the run had an earlier finding")
+    return None
+
+
 def review(peer: str, findings: list[Finding]) -> list[str]:
     """The problems with a peer's findings: each one not reviewed."""
     problems = []
     for finding in findings:
-        entry = REVIEWED.get((peer, finding.test_id))
+        entry = classify(peer, finding, findings)
         if entry is None:
             problems.append(
                 f"{finding.test_id}: not reviewed ({finding.kind}, {finding.found_by}): "
@@ -699,7 +713,7 @@ def virtual_time_findings(
 def finding_rows(peer: Peer, findings: list[Finding], stdlib: dict[str, str]) -> list[str]:
     rows = []
     for finding in findings:
-        entry = REVIEWED.get((peer.name, finding.test_id))
+        entry = classify(peer.name, finding, findings)
         reviewed = entry[0] if entry else "NOT REVIEWED"
         rows.append(
             f"| {peer.name} | `{finding.test_id}` | {finding.found_by} | {finding.kind} "
@@ -716,7 +730,7 @@ def save_findings(peer: Peer, tag: str, findings: list[Finding], stdlib: dict[st
         {
             **dataclasses.asdict(finding),
             "stdlib": stdlib.get(finding.test_id, "not run"),
-            "reviewed": REVIEWED.get((peer.name, finding.test_id)),
+            "reviewed": classify(peer.name, finding, findings),
         }
         for finding in findings
     ]

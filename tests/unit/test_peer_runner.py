@@ -93,6 +93,25 @@ def test_an_unreviewed_finding_is_a_problem(monkeypatch: pytest.MonkeyPatch) -> 
     ]
 
 
+def test_a_collateral_finding_is_classed_only_beside_another_finding() -> None:
+    """It passes alone on both clocks: what an earlier finding left behind
+    (collected in whichever test the collector ran) failed it."""
+    leftover = run.Finding("t::z", "unperturbed", "collateral", "ResourceWarning", "")
+    assert run.review("anyio", [leftover]) == [
+        "t::z: not reviewed (collateral, unperturbed): ResourceWarning"
+    ]
+    cause = run.Finding("t::a", "seed 3", "timing", "timing: x", "")
+    assert run.review("anyio", [cause, leftover]) == [
+        "t::a: not reviewed (timing, seed 3): timing: x"
+    ]
+    assert run.classify("anyio", leftover, [cause, leftover]) == (
+        "collateral",
+        "it passes alone; the run had an earlier finding",
+    )
+    other = run.Finding("t::y", "unperturbed", "collateral", "ResourceWarning", "")
+    assert run.classify("anyio", leftover, [other, leftover]) is None
+
+
 def test_every_reviewed_finding_is_written_up() -> None:
     findings = (ROOT / "docs" / "findings.md").read_text()
     for (peer, test_id), (klass, why) in run.REVIEWED.items():
