@@ -199,3 +199,20 @@ def test_a_standard_library_timeout_on_the_loops_thread_expires_in_real_time() -
         return "got"
 
     assert both(main) == ("empty", "empty")
+
+
+def test_a_busy_wait_on_the_loops_thread_ends() -> None:
+    """Waiting for ``time.monotonic()`` inside one callback: a real clock
+    moves by the callback's own duration; the virtual one, once reads have
+    found it unmoved for SPIN_GRACE real seconds, moves at real speed."""
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:
+            pass
+        return loop.time() >= end - 0.001
+
+    start = real_monotonic()
+    assert both(main) == (True, True)
+    assert real_monotonic() - start < 2

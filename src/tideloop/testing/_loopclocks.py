@@ -39,7 +39,12 @@ What this means for us: while `loop_clocks` is applied,
   once something else has replaced ``time.time`` or ``time.monotonic``,
   these functions return what it returns;
 - ``datetime.now()`` and ``time.localtime()`` stay real: only a simulated
-  run makes them virtual (``_wallclock``).
+  run makes them virtual (``_wallclock``);
+- code that waits for the clock inside one callback (a busy-wait on
+  ``time.monotonic()`` on the loop's thread) does not wait forever: once
+  many reads have found the clock unmoved for `SPIN_GRACE` real seconds,
+  the clock moves by the real time spent, as a real one would have
+  (`_moves_if_spun`).
 
 Invariant: every replacement is undone when `loop_clocks` exits, and off a
 running virtual-time loop each function returns what the real one would.
@@ -61,6 +66,7 @@ from ._clock import VirtualClock
 from ._patching import Patches
 
 _get_running_loop: Final = asyncio.events._get_running_loop
+_real_clock: Final = time.perf_counter  # bound now, as the clocks below
 
 #: The real clocks, bound now (before any run patches ``time``).
 _REAL: Final[dict[str, Callable[[], Any]]] = {
@@ -99,6 +105,45 @@ def _clock_here() -> tuple[CoreLoop, VirtualClock] | None:
     return None
 
 
+#: Real seconds one callback may read an unmoved virtual clock before it
+#: moves at real speed (`_moves_if_spun`).
+SPIN_GRACE: Final = 0.25
+
+#: ... and as many reads of it, at least: a busy-wait reads it millions of
+#: times a second, a run of callbacks that each read it once far fewer.
+SPIN_READS: Final = 1_000
+
+#: Per thread: [the clock, its time at the first read of a spell of reads
+#: that found it unmoved, the real time of that read, reads since].
+_spell = threading.local()
+
+
+def _moves_if_spun(clock: VirtualClock) -> None:
+    """Move *clock* at real speed for a callback that keeps reading it.
+
+    Virtual time moves only while the loop waits, so code that waits for
+    the clock inside one callback (``while time.monotonic() < end: ...``,
+    a busy-wait, a retry loop with its own deadline) would wait forever,
+    where a real clock moves by the callback's own duration. Once
+    `SPIN_READS` reads or more have found the clock unmoved for
+    `SPIN_GRACE` real seconds, it is advanced by the real time since the
+    first of them, as a real clock would have moved. (The real clock is
+    read once every `SPIN_READS` reads: a read costs no more than that.)"""
+    at = clock.now()
+    spell = getattr(_spell, "state", None)
+    if spell is None or spell[0] is not clock or spell[1] != at:
+        _spell.state = [clock, at, _real_clock(), 0]
+        return
+    spell[3] += 1
+    if spell[3] % SPIN_READS:
+        return
+    now = _real_clock()
+    spent = now - spell[2]
+    if spent >= SPIN_GRACE:
+        clock.advance(spent)
+        _spell.state = [clock, clock.now(), now, 0]
+
+
 def _make(name: str, mine: dict[str, Any]) -> Callable[[], Any]:
     real = _REAL[name]
     wall = name.startswith("time")
@@ -117,6 +162,7 @@ def _make(name: str, mine: dict[str, Any]) -> Callable[[], Any]:
         if here is None or _reads_real(sys._getframe(1).f_globals.get("__name__", "")):
             return real()
         loop, virtual = here
+        _moves_if_spun(virtual)
         seconds = virtual.wall() if wall else loop.time()
         return int(seconds * 1e9) if ns else seconds
 
