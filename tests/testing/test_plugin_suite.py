@@ -434,6 +434,18 @@ def test_clocks():
         assert abs(monotonic() - loop.time()) < 0.05
         assert monotonic() - stored >= 3600 and time.time() - before >= 3600
     asyncio.run(main())
+
+@pytest.mark.tideloop
+def test_before_in_and_after_the_loop():
+    # aiohttp's test_shutdown_timeout_not_reached: a time read in the loop,
+    # compared with one read after it, on the test's thread.
+    before = monotonic()
+    async def main():
+        await asyncio.sleep(3600)
+        return time.monotonic()
+    inside = asyncio.run(main())
+    after = monotonic()
+    assert inside - before == 3600 and 0 <= after - inside < 1
 """
 
 
@@ -442,7 +454,8 @@ def test_virtual_time_moves_the_process_clocks_on_the_loops_thread(
     project: pytest.Pytester, seeds: list[str]
 ) -> None:
     """An hour's sleep moves ``time.monotonic()`` (also as bound by ``from
-    time import monotonic``) and ``time.time()`` by an hour, at once."""
+    time import monotonic``) and ``time.time()`` by an hour, at once; the
+    test's thread reads the test's clock before and after its loop too."""
     project.makepyfile(test_clocks=CLOCKS_SUITE)
     result = run(project, "--tideloop-virtual-time", *seeds)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)

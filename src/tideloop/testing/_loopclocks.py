@@ -28,10 +28,13 @@ What this means for us: while `loop_clocks` is applied,
   when called on a thread whose running loop is a tideloop loop with a
   `VirtualClock`; ``time.time()`` and ``time.time_ns()`` return that
   clock's `VirtualClock.wall` (the real time of day when the clock was
-  made, moved as far as the clock has moved since). Everywhere else they
-  are the real clocks: on other threads, on the loop's thread when its loop
-  is not running, and in calls from the standard library's or tideloop's
-  own code;
+  made, moved as far as the clock has moved since). Under the pytest
+  plugin the test's own thread reads the test's clock while no loop runs
+  there too (before ``asyncio.run``, after it, in a sync fixture), so a
+  value read in the loop and one read after it compare as on one clock.
+  Everywhere else they are the real clocks: on other threads, on a
+  thread whose loop is not running, and in calls from the standard
+  library's, tideloop's or the test runner's own code;
 - module-level references to them (``from time import monotonic``) in the
   loaded modules outside the standard library and tideloop are replaced too
   (`Patches.everywhere`);
@@ -86,22 +89,36 @@ _REAL_CALLERS: dict[str, bool] = {}
 _delegating = threading.local()
 
 
+#: The test runner's own code reads the real clocks too (its reports'
+#: timestamps, its timeouts).
+_RUNNER: Final = frozenset({"_pytest", "pytest", "pluggy", "xdist", "execnet", "pytest_timeout"})
+
+
 def _reads_real(module: str) -> bool:
     known = _REAL_CALLERS.get(module)
     if known is None:
         top = module.partition(".")[0]
-        known = top in _STDLIB or top == "tideloop"
+        known = top in _STDLIB or top == "tideloop" or top in _RUNNER
         _REAL_CALLERS[module] = known
     return known
 
 
-def _clock_here() -> tuple[CoreLoop, VirtualClock] | None:
-    """The running virtual-time loop of this thread, and its clock."""
+#: The thread `loop_clocks` was applied on, and the clock it reads while no
+#: loop runs there (the pytest plugin's: the test's), innermost last.
+_threads: list[tuple[int, Callable[[], VirtualClock | None]]] = []
+
+
+def _clock_here() -> VirtualClock | None:
+    """The clock this thread reads: its running virtual-time loop's, or, on
+    the thread of a `loop_clocks` given one, that clock."""
     loop = _get_running_loop()
     if isinstance(loop, CoreLoop):
         clock = loop.clock
-        if isinstance(clock, VirtualClock):
-            return loop, clock
+        return clock if isinstance(clock, VirtualClock) else None
+    if _threads:
+        ident, clock_of = _threads[-1]
+        if ident == threading.get_ident():
+            return clock_of()
     return None
 
 
@@ -158,12 +175,11 @@ def _make(name: str, mine: dict[str, Any]) -> Callable[[], Any]:
                 return current()
             finally:
                 _delegating.on = False
-        here = _clock_here()
-        if here is None or _reads_real(sys._getframe(1).f_globals.get("__name__", "")):
+        virtual = _clock_here()
+        if virtual is None or _reads_real(sys._getframe(1).f_globals.get("__name__", "")):
             return real()
-        loop, virtual = here
         _moves_if_spun(virtual)
-        seconds = virtual.wall() if wall else loop.time()
+        seconds = virtual.wall() if wall else virtual.now()  # now() is loop.time()
         return int(seconds * 1e9) if ns else seconds
 
     clock.__name__ = clock.__qualname__ = name
@@ -175,10 +191,16 @@ def _make(name: str, mine: dict[str, Any]) -> Callable[[], Any]:
 
 
 @contextlib.contextmanager
-def loop_clocks() -> Iterator[None]:
+def loop_clocks(clock: Callable[[], VirtualClock | None] | None = None) -> Iterator[None]:
     """Make ``time.monotonic()`` and ``time.time()`` follow a virtual-time
-    loop on its own thread until exit (see the module docstring)."""
+    loop on its own thread until exit (see the module docstring); with
+    *clock*, on this thread while no loop runs here too, the clock it
+    returns (None: the real ones)."""
     patches = Patches()
+    if clock is not None:
+        entry = (threading.get_ident(), clock)
+        _threads.append(entry)
+        patches.on_undo(lambda: _threads.remove(entry))
     mine: dict[str, Any] = {}
     for name in _REAL:
         mine[name] = _make(name, mine)

@@ -674,6 +674,14 @@ class _Plugin:
             livelock_after=settings.livelock_after,
         )
 
+    def _test_clock(self) -> VirtualClock | None:
+        """The running test's clock, for its thread's reads of
+        ``time.monotonic()`` while no loop runs there (``_loopclocks``)."""
+        settings = self.current
+        if settings is None or not (settings.active and settings.virtual_time):
+            return None
+        return settings.clock()
+
     def _previous_new_loop(self) -> asyncio.AbstractEventLoop:
         previous = self._previous_policy
         if previous is None:
@@ -801,7 +809,7 @@ class _Plugin:
         # thread follow its clock (_loopclocks), from setup to teardown.
         clocks: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if settings.active and settings.virtual_time:
-            clocks = loop_clocks()
+            clocks = loop_clocks(self._test_clock)
         try:
             with clocks:
                 return (yield)
