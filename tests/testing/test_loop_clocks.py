@@ -216,3 +216,24 @@ def test_a_busy_wait_on_the_loops_thread_ends() -> None:
     start = real_monotonic()
     assert both(main) == (True, True)
     assert real_monotonic() - start < 2
+
+
+def test_the_thread_clock_reads_the_given_clock_off_the_loop_only() -> None:
+    """``loop_clocks(clock)`` (the plugin's: the test's clock): this thread
+    reads it while no loop runs here; a running stdlib loop keeps its own,
+    real, clock; other threads read the real one."""
+    clock = testing.VirtualClock()
+    clock.advance(7)
+
+    async def on_stdlib_loop() -> bool:
+        return abs(time.monotonic() - asyncio.get_running_loop().time()) < 0.05
+
+    with loop_clocks(lambda: clock):
+        assert time.monotonic() == 7.0 and abs(time.time() - real_time() - 7) < 1
+        assert asyncio.run(on_stdlib_loop()) is True
+        box: list[float] = []
+        thread = threading.Thread(target=lambda: box.append(time.monotonic()))
+        thread.start()
+        thread.join()
+        assert abs(box[0] - real_monotonic()) < 5
+    assert abs(time.monotonic() - real_monotonic()) < 1

@@ -112,8 +112,8 @@ def _clock_here() -> VirtualClock | None:
     """The clock this thread reads: its running virtual-time loop's, or, on
     the thread of a `loop_clocks` given one, that clock."""
     loop = _get_running_loop()
-    if isinstance(loop, CoreLoop):
-        clock = loop.clock
+    if loop is not None:  # another kind of loop's time is the real clock's
+        clock = loop.clock if isinstance(loop, CoreLoop) else None
         return clock if isinstance(clock, VirtualClock) else None
     if _threads:
         ident, clock_of = _threads[-1]
