@@ -33,8 +33,10 @@ What this means for us: while `loop_clocks` is applied,
   there too (before ``asyncio.run``, after it, in a sync fixture), so a
   value read in the loop and one read after it compare as on one clock.
   Everywhere else they are the real clocks: on other threads, on a
-  thread whose loop is not running, and in calls from the standard
-  library's, tideloop's or the test runner's own code;
+  thread whose loop is not running (but that test thread), under a
+  running loop of another kind (its ``time()`` is the real clock's), and
+  in calls from the standard library's, tideloop's or the test runner's
+  own code;
 - module-level references to them (``from time import monotonic``) in the
   loaded modules outside the standard library and tideloop are replaced too
   (`Patches.everywhere`);
@@ -50,7 +52,8 @@ What this means for us: while `loop_clocks` is applied,
   (`_moves_if_spun`).
 
 Invariant: every replacement is undone when `loop_clocks` exits, and off a
-running virtual-time loop each function returns what the real one would.
+running virtual-time loop (and off the thread given a clock) each function
+returns what the real one would.
 """
 
 from __future__ import annotations
