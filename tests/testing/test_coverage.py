@@ -12,6 +12,7 @@ does not, shrinks and replays them like any other, and works from
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -225,5 +226,8 @@ def test_the_command_line_takes_the_coverage_strategy(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "found by coverage, schedule" in proc.stdout
-    assert "2 deviation(s) from the unperturbed schedule" in proc.stdout
+    # Shrunk to at least the race's two deviations (1-minimal, as above: on
+    # PyPy a schedule kept 4 of them, CI).
+    shrunk = re.search(r"(\d+) deviation\(s\) from the unperturbed schedule", proc.stdout)
+    assert shrunk is not None and int(shrunk.group(1)) >= 2, proc.stdout
     assert tape.exists()
