@@ -379,7 +379,11 @@ class Instruments:
             lag_sum = c.lag_sum
             lag_counts = tuple(c.lag_counts)
             slow = c.slow_callbacks
-            if c.seq == seq:
+            # The iteration and callback counts move outside seq windows
+            # (no window on a non-blocking iteration's path): a read between
+            # which the loop ran on (PyPy switched threads between the two
+            # reads, CI) is retried, so the pair is from one iteration.
+            if c.seq == seq and c.iterations == iterations:
                 break
         # The run and the poll in progress, up to now.
         if run_start:
