@@ -240,6 +240,8 @@ def run(
         raise RuntimeError("tideloop.testing.run() cannot be called from a running event loop")
     if isinstance(strategy, Strategy):
         strategy = DecisionLog(strategy)  # one log for every loop of the run
+    if virtual_time is None:
+        virtual_time = network is not None  # as new_event_loop resolves it
     factory = functools.partial(
         new_event_loop,
         virtual_time=virtual_time,
@@ -257,7 +259,7 @@ def run(
     # follow its clock (_loopclocks); a simulated run's own clocks, applied
     # inside, take over.
     clocks: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if virtual_time or (virtual_time is None and network is not None):
+    if virtual_time:
         clocks = loop_clocks()
     try:
         with clocks, seeded, asyncio.Runner(debug=debug, loop_factory=factory) as runner:
