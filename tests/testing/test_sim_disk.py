@@ -250,6 +250,65 @@ def test_threads_executors_and_aiofiles_reach_the_hosts_disk() -> None:
     assert REAL_RENAME in cells or before_rename in cells
 
 
+_TOOK_MKDIR = """
+import asyncio, functools, os
+
+mkdir = os.mkdir  # a module global, as `from os import mkdir` binds
+
+
+def wrap(func):  # as aiofiles.os does: the call in a closure
+    async def run(*args):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(func, *args))
+
+    return run
+
+
+amkdir = wrap(os.mkdir)
+"""
+
+
+def test_a_blockbuster_wrapper_taken_under_an_earlier_activation_reaches_the_hosts_disk() -> None:
+    # A module imported while some blockbuster was on keeps that activation's
+    # wrapper around os.mkdir after it is undone (CI's 3.12 stage: aiofiles.os
+    # held one that the run did not replace, and created /d/y on the real
+    # disk's root). The wrapper calls the real mkdir: it is replaced as it.
+    blockbuster = pytest.importorskip("blockbuster")
+    import types
+
+    checker = blockbuster.BlockBuster()
+    checker.activate()
+    try:
+        module = types.ModuleType("tideloop_test_took_mkdir")
+        exec(_TOOK_MKDIR, vars(module))
+        wrapper = os.mkdir
+    finally:
+        checker.deactivate()
+    assert module.mkdir is wrapper and os.mkdir is not wrapper  # the stale one
+
+    async def on_db() -> list[bool]:
+        module.mkdir("/d/global")
+        await module.amkdir("/d/cell")
+        return [os.path.isdir("/d/global"), os.path.isdir("/d/cell")]
+
+    async def main(net: SimNetwork) -> list[bool]:
+        net.mount("db", "/d")
+        return await net.spawn("db", on_db())
+
+    import sys
+
+    sys.modules[module.__name__] = module
+    try:
+        net = SimNetwork()
+        assert testing.run(main(net), network=net) == [True, True]
+    finally:
+        del sys.modules[module.__name__]
+    assert not os.path.exists("/d/global") and not os.path.exists("/d/cell")
+    # Put back as they were: the wrapper, in both places.
+    assert module.mkdir is wrapper
+    assert module.amkdir.__closure__[0].cell_contents is wrapper
+
+
 # ----------------------------------------------------------------------
 # Crashes
 

@@ -13,7 +13,9 @@ import does not see it:
 - ``rename = wrap(os.rename)`` (aiofiles.os): a module-level function that
   holds the real one in its closure;
 - ``scandir = staticmethod(os.scandir)`` in a class body (``glob``'s
-  globber, which ``pathlib.Path.glob`` uses on 3.13).
+  globber, which ``pathlib.Path.glob`` uses on 3.13);
+- any of those holding blockbuster's checking wrapper around the real call,
+  taken while some activation of blockbuster was on, even one undone since.
 
 `Patches.everywhere` replaces those too: every module-level global of the
 loaded modules bound to a replaced object, the closure cells of their
@@ -65,6 +67,58 @@ _PLACES: dict[str, tuple[int, int, list[tuple[str, str, int]]]] = {}
 _SCANNED_FOR: set[int] = set()
 
 
+def _checked_call(value: Any) -> Any:
+    """What *value* calls, when it is blockbuster's checking wrapper around a
+    function; else None.
+
+    blockbuster wraps ``os.mkdir`` afresh at each activation, and a module
+    that took ``os.mkdir`` while an earlier activation was on (``aiofiles.os``:
+    ``mkdir = wrap(os.mkdir)``) keeps that wrapper after it is undone. It is
+    a reference to the real call all the same, and is replaced as one. Only
+    blockbuster's wrapper is looked into: other wrappers (``functools.wraps``,
+    aiofiles' own coroutine functions) do something of their own.
+    """
+    if not isinstance(value, types.FunctionType) or not value.__closure__:
+        return None
+    # By its code, not its __module__: functools.wraps copies that one onto
+    # whatever wraps the wrapper (aiofiles' coroutine functions).
+    code = value.__code__
+    if code.co_name != "wrapper" or not code.co_filename.replace("\\", "/").endswith(
+        "blockbuster/blockbuster.py"
+    ):
+        return None
+    freevars = code.co_freevars
+    if "func" not in freevars:
+        return None
+    try:
+        return value.__closure__[freevars.index("func")].cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def _pair_for(value: Any, replacements: Mapping[int, tuple[Any, Any]]) -> tuple[Any, Any] | None:
+    """(real, simulated) for *value*: the real object itself, or a blockbuster
+    wrapper around it (through wrappers of wrappers, a few deep)."""
+    for _ in range(4):
+        pair = replacements.get(id(value))
+        if pair is not None and pair[0] is value:
+            return pair
+        value = _checked_call(value)
+        if value is None:
+            return None
+    return None
+
+
+def _holds_target(value: Any, targets: set[int]) -> bool:
+    for _ in range(4):
+        if id(value) in targets:
+            return True
+        value = _checked_call(value)
+        if value is None:
+            return False
+    return False
+
+
 def _own_module(name: str) -> bool:
     return name in _OWNERS or name == "tideloop" or name.startswith("tideloop.")
 
@@ -76,12 +130,12 @@ def _scan(module: types.ModuleType, targets: set[int]) -> list[tuple[str, str, i
     except TypeError:
         return places
     for name, value in list(namespace.items()):
-        if id(value) in targets:
+        if _holds_target(value, targets):
             places.append(("global", name, -1))
         elif isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
             for attribute, member in list(vars(value).items()):
                 held = member.__func__ if isinstance(member, staticmethod) else member
-                if id(held) in targets:
+                if _holds_target(held, targets):
                     places.append(("class", f"{name}.{attribute}", -1))
         elif isinstance(value, types.FunctionType) and value.__closure__:
             for index, cell in enumerate(value.__closure__):
@@ -89,7 +143,7 @@ def _scan(module: types.ModuleType, targets: set[int]) -> list[tuple[str, str, i
                     content = cell.cell_contents
                 except ValueError:  # an empty cell
                     continue
-                if id(content) in targets:
+                if _holds_target(content, targets):
                     places.append(("cell", name, index))
     return places
 
@@ -161,15 +215,15 @@ class Patches:
             return self._replace_member(namespace, name, replacements)
         value = namespace.get(name)
         if kind == "global":
-            pair = replacements.get(id(value))
-            if pair is None or pair[0] is not value:
+            pair = _pair_for(value, replacements)
+            if pair is None:
                 return 0
-            real, fake = pair
+            fake = pair[1]
             namespace[name] = fake
 
             def restore_global() -> None:
                 if namespace.get(name) is fake:
-                    namespace[name] = real
+                    namespace[name] = value
 
             self._undo.append(restore_global)
             return 1
@@ -183,16 +237,16 @@ class Patches:
             content = cell.cell_contents
         except ValueError:
             return 0
-        pair = replacements.get(id(content))
-        if pair is None or pair[0] is not content:
+        pair = _pair_for(content, replacements)
+        if pair is None:
             return 0
-        real, fake = pair
+        fake = pair[1]
         cell.cell_contents = fake
 
         def restore_cell() -> None:
             try:
                 if cell.cell_contents is fake:
-                    cell.cell_contents = real
+                    cell.cell_contents = content
             except ValueError:
                 pass
 
@@ -209,8 +263,8 @@ class Patches:
         member = vars(cls).get(attribute)
         static = isinstance(member, staticmethod)
         held = member.__func__ if isinstance(member, staticmethod) else member
-        pair = replacements.get(id(held))
-        if pair is None or pair[0] is not held:
+        pair = _pair_for(held, replacements)
+        if pair is None:
             return 0
         # A built-in function is no descriptor; a Python function put in its
         # place would bind to instances: keep it unbound.
