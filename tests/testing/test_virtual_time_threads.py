@@ -39,6 +39,7 @@ from tideloop.testing._threads import (
     _call_of,
     _where,
     runner_threads,
+    waits,
 )
 
 Main = Callable[[], Coroutine[Any, Any, object]]
@@ -436,6 +437,39 @@ def test_a_frame_that_waits_below_itself_runs_code_when_innermost(
     finally:
         stop.set()
     assert seen and all(seen), seen
+
+
+def test_a_notified_condition_wait_waits_for_nobody(threads: list[threading.Thread]) -> None:
+    """A thread notified in ``Condition.wait`` acts without another thread,
+    though until it has the GIL it still shows the waiter's acquire, the
+    waiter lock held (handed to it, from 3.13). Read as a wait, a producer
+    gave up its held ``call_soon_threadsafe`` handle while the loop's thread
+    only returned from ``Thread.start()`` (CI, Debian's 3.15 under load: a
+    recorded tape did not fail again). Here the thread is taken out of the
+    condition's list, as ``notify()`` does, with its waiter still held."""
+    condition = threading.Condition()
+    waiting = condition._waiters  # type: ignore[attr-defined]
+
+    def body() -> None:
+        with condition:
+            condition.wait()
+
+    thread = start(threads, body)
+    for _ in range(5000):
+        with condition:
+            if waiting:
+                break
+        time.sleep(0.001)
+    frame = sys._current_frames()[thread.ident or 0]
+    assert waits(frame)  # in the list: it waits to be notified
+    with condition:
+        (waiter,) = waiting
+        waiting.remove(waiter)
+        try:
+            frame = sys._current_frames()[thread.ident or 0]
+            assert not waits(frame)
+        finally:
+            waiter.release()  # the rest of notify(): it runs once we let go
 
 
 def test_a_worker_of_a_pool_shutting_down_is_busy(threads: list[threading.Thread]) -> None:

@@ -227,6 +227,14 @@ def waits(innermost: FrameType) -> bool:
     frame, where = _where(innermost)
     if _idle_at(frame, where):
         return True
+    if where == _CONDITION_WAIT:
+        # Notified (its waiter out of the condition's list), or a timed
+        # wait: it acts without another thread. It may still show the
+        # waiter's acquire or the condition lock's, the lock held (handed to
+        # it, from 3.13), until it has the GIL; under load that lasts. Read
+        # as a wait, a producer gave its handle up while the loop's thread
+        # was only returning from ``Thread.start()`` (CI, Debian's 3.15).
+        return False
     call = _call_of(innermost, frame)
     return call is not None and _blocked(call).waits
 
