@@ -19,6 +19,7 @@ stale-socket check and bind run on a helper thread.
 
 from __future__ import annotations
 
+from types import CodeType
 from typing import Any, Final
 
 #: blockbuster's function name -> (file suffix, functions) that may call it.
@@ -42,6 +43,14 @@ ALLOWANCES: Final[dict[str, tuple[tuple[str, frozenset[str]], ...]]] = {
         ("tideloop/_core/executor.py", frozenset({"shutdown_default"})),
     ),
 }
+
+
+def is_checking_wrapper(code: CodeType) -> bool:
+    """Whether *code* is blockbuster's checking wrapper, the function it puts
+    in place of each blocking call (the call is its ``func``). Told by its
+    code: ``functools.wraps`` copies its ``__module__`` onto whatever wraps
+    it (aiofiles' coroutine functions)."""
+    return code.co_name == "wrapper" and code.co_filename.endswith("blockbuster.py")
 
 
 def allow_tideloop(blockbuster: Any) -> None:

@@ -1,8 +1,9 @@
 """Patches: replacing a process-wide function or class for a simulated run, and back.
 
-Layer: testing (below ``_world``, which uses it; imports nothing of
-tideloop's). A simulated run makes some of the process's shared names
-simulated: ``time.time``, ``datetime.datetime``, and with a simulated disk
+Layer: testing (below ``_world``, which uses it; of tideloop's, imports
+only ``_blockbuster``'s test for blockbuster's wrapper). A simulated run
+makes some of the process's shared names simulated: ``time.time``,
+``datetime.datetime``, and with a simulated disk
 ``open`` and ``os``'s file calls (``_world.seeded_globals``). Setting the
 module's attribute reaches code that looks the name up when it runs
 (``time.time()``, ``os.rename(...)``); code that took its own reference at
@@ -36,8 +37,10 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from ._blockbuster import is_checking_wrapper
 
 #: Modules whose globals are never rewritten: the owners of the patched
 #: names (patched as attributes) and tideloop's own.
@@ -80,43 +83,36 @@ def _checked_call(value: Any) -> Any:
     """
     if not isinstance(value, types.FunctionType) or not value.__closure__:
         return None
-    # By its code, not its __module__: functools.wraps copies that one onto
-    # whatever wraps the wrapper (aiofiles' coroutine functions).
     code = value.__code__
-    if code.co_name != "wrapper" or not code.co_filename.replace("\\", "/").endswith(
-        "blockbuster/blockbuster.py"
-    ):
-        return None
-    freevars = code.co_freevars
-    if "func" not in freevars:
+    if not is_checking_wrapper(code) or "func" not in code.co_freevars:
         return None
     try:
-        return value.__closure__[freevars.index("func")].cell_contents
+        return value.__closure__[code.co_freevars.index("func")].cell_contents
     except ValueError:  # an empty cell
         return None
 
 
-def _pair_for(value: Any, replacements: Mapping[int, tuple[Any, Any]]) -> tuple[Any, Any] | None:
-    """(real, simulated) for *value*: the real object itself, or a blockbuster
-    wrapper around it (through wrappers of wrappers, a few deep)."""
+def _unwrapped(value: Any) -> Iterator[Any]:
+    """*value*, then what it calls through blockbuster's wrappers (a few deep)."""
     for _ in range(4):
-        pair = replacements.get(id(value))
-        if pair is not None and pair[0] is value:
-            return pair
+        yield value
         value = _checked_call(value)
         if value is None:
-            return None
+            return
+
+
+def _pair_for(value: Any, replacements: Mapping[int, tuple[Any, Any]]) -> tuple[Any, Any] | None:
+    """(real, simulated) for *value*: the real object itself, or a blockbuster
+    wrapper around it."""
+    for held in _unwrapped(value):
+        pair = replacements.get(id(held))
+        if pair is not None and pair[0] is held:
+            return pair
     return None
 
 
 def _holds_target(value: Any, targets: set[int]) -> bool:
-    for _ in range(4):
-        if id(value) in targets:
-            return True
-        value = _checked_call(value)
-        if value is None:
-            return False
-    return False
+    return any(id(held) in targets for held in _unwrapped(value))
 
 
 def _own_module(name: str) -> bool:

@@ -127,6 +127,8 @@ from time import perf_counter as _real_clock  # bound now: seeded_globals patche
 from types import CodeType, FrameType
 from typing import Any, Final, NamedTuple
 
+from ._blockbuster import is_checking_wrapper
+
 #: A thread's CPU clock, and a clock's reading (bound now, as above); not on
 #: every platform: without them no thread is known to compute.
 _cpu_clock_of: Callable[[int], int] | None = getattr(time, "pthread_getcpuclockid", None)
@@ -181,7 +183,7 @@ _STACK: Final = 64
 def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
     """The frame a thread waits in, and its (file name, function name)."""
     code = frame.f_code
-    if _is_blockbuster(code):
+    if is_checking_wrapper(code):
         # blockbuster (anyio's and aiohttp's suites run under it) wraps
         # blocking calls, a lock's acquire among them, in a Python frame:
         # the wait is the frame below.
@@ -193,16 +195,12 @@ def _where(frame: FrameType) -> tuple[FrameType, tuple[str, str]]:
     return frame, (name[slash + 1 :], code.co_name)
 
 
-def _is_blockbuster(code: CodeType) -> bool:
-    return code.co_name == "wrapper" and code.co_filename.endswith("blockbuster.py")
-
-
 def _call_of(innermost: FrameType, frame: FrameType) -> _Call | None:
     """The call a thread whose innermost frame is *innermost* makes now
     (*frame*: where `_where` says it waits). Through blockbuster's wrapper,
     the wrapped call is in the wrapper's locals (its arguments as given;
     a method patched on a type gets its instance as the first)."""
-    if not _is_blockbuster(innermost.f_code):
+    if not is_checking_wrapper(innermost.f_code):
         return _call_at(frame)
     local = innermost.f_locals
     fn, args, kwargs = local.get("func"), local.get("args"), local.get("kwargs")
