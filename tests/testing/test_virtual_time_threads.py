@@ -26,6 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -454,22 +455,30 @@ def test_a_notified_condition_wait_waits_for_nobody(threads: list[threading.Thre
         with condition:
             condition.wait()
 
+    def frame() -> FrameType:
+        return sys._current_frames()[thread.ident or 0]
+
     thread = start(threads, body)
-    for _ in range(5000):
+    try:
+        # In the list, from when it appends its waiter: it waits to be
+        # notified (once it has let the condition's lock go, it may still be
+        # on its way to the waiter's acquire for a moment: PyPy).
+        for _ in range(5000):
+            with condition:
+                if waiting and waits(frame()):
+                    break
+            time.sleep(0.001)
+        assert waits(frame())
         with condition:
-            if waiting:
-                break
-        time.sleep(0.001)
-    frame = sys._current_frames()[thread.ident or 0]
-    assert waits(frame)  # in the list: it waits to be notified
-    with condition:
-        (waiter,) = waiting
-        waiting.remove(waiter)
-        try:
-            frame = sys._current_frames()[thread.ident or 0]
-            assert not waits(frame)
-        finally:
-            waiter.release()  # the rest of notify(): it runs once we let go
+            (waiter,) = waiting
+            waiting.remove(waiter)
+            try:
+                assert not waits(frame())
+            finally:
+                waiter.release()  # the rest of notify(): it runs once we let go
+    finally:
+        with condition:
+            condition.notify_all()  # if it never got as far
 
 
 def test_a_worker_of_a_pool_shutting_down_is_busy(threads: list[threading.Thread]) -> None:
